@@ -1,0 +1,43 @@
+"""tinycore: a small, fast tensor compiler and runtime whose devices are plugins.
+
+`import tinycore` is kept light (no numpy, no plugin, no vendor library): the public names below are resolved
+on first attribute access.
+
+>>> import tinycore
+>>> tinycore.getenv("TINYCORE_SURELY_UNSET", 7)
+7
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tinycore.helpers import Context, GlobalCounters, getenv
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily on first access)
+_LAZY_EXPORTS = {
+    "Tensor": "tinycore.tensor",
+    "TinyJit": "tinycore.engine.jit",
+    "UOp": "tinycore.uop.ops",
+    "Variable": "tinycore.uop.ops",
+    "dtypes": "tinycore.dtype",
+    "Device": "tinycore.device",
+}
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "getenv"]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tinycore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))
