@@ -1,0 +1,418 @@
+"""Data types: scalar, vector and pointer dtypes, the promotion lattice, and numpy conversion.
+
+>>> dtypes.float32.vec(4)
+dtypes.float.vec(4)
+>>> least_upper_dtype(dtypes.int8, dtypes.uint8)
+dtypes.short
+>>> dtypes.from_py(1.5)
+dtypes.float
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar, Final
+
+ConstType = float | int | bool
+
+
+class AddrSpace(Enum):
+    """Where a pointer points: device global memory, work-group shared memory, or per-thread registers."""
+
+    GLOBAL = "global"
+    LOCAL = "local"
+    REG = "reg"
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    """A scalar or vector element type.
+
+    `priority` orders dtypes for promotion ties, `itemsize` is in bytes (of the whole vector), `fmt` is the
+    `struct`/numpy format character (None for types numpy lacks, like bfloat16), `count` the vector width.
+
+    >>> dtypes.int32.itemsize, dtypes.float.vec(4).itemsize, dtypes.float.vec(4).scalar()
+    (4, 16, dtypes.float)
+    """
+
+    priority: int
+    itemsize: int
+    name: str
+    fmt: str | None
+    count: int
+    _scalar: DType | None
+
+    @staticmethod
+    def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
+        """Make a new scalar dtype (used once per dtype in `dtypes`)."""
+        return DType(priority, itemsize, name, fmt, 1, None)
+
+    def __repr__(self) -> str:
+        if self.count > 1:
+            return f"{self.scalar()!r}.vec({self.count})"
+        return f"dtypes.{INVERSE_DTYPES_DICT[self.name]}"
+
+    def __lt__(self, other: DType) -> bool:
+        return (self.priority, self.itemsize, self.name, self.fmt or "", self.count) < (
+            other.priority,
+            other.itemsize,
+            other.name,
+            other.fmt or "",
+            other.count,
+        )
+
+    @property
+    def base(self) -> DType:
+        """The dtype itself (pointer dtypes override this with the pointed-to dtype)."""
+        return self
+
+    @property
+    def vcount(self) -> int:
+        """Vector width (1 for scalars)."""
+        return self.count
+
+    def vec(self, size: int) -> DType:
+        """This scalar dtype as a vector of `size` lanes (`size == 1` returns the scalar itself)."""
+        if self.count != 1:
+            raise ValueError(f"can't vectorize {self}, it is already a vector")
+        if size == 1 or self == dtypes.void:
+            return self
+        return DType(self.priority, self.itemsize * size, f"{INVERSE_DTYPES_DICT[self.name]}{size}", None, size, self)
+
+    def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        """A pointer to this dtype; `size` is the number of elements pointed to (-1 when unknown)."""
+        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, addrspace, 1, size)
+
+    def scalar(self) -> DType:
+        """The lane dtype of a vector (a scalar returns itself)."""
+        return self._scalar if self._scalar is not None else self
+
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+    """A pointer to `_base` elements in address space `addrspace`; `v` is the pointer's own vector width.
+
+    >>> p = dtypes.float.ptr(16)
+    >>> p.base, p.size, p.addrspace
+    (dtypes.float, 16, <AddrSpace.GLOBAL: 'global'>)
+    """
+
+    _base: DType = None  # type: ignore[assignment]
+    addrspace: AddrSpace = AddrSpace.GLOBAL
+    v: int = 1
+    size: int = -1
+
+    @property
+    def base(self) -> DType:
+        return self._base
+
+    def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        raise TypeError("can't make a pointer to a pointer")
+
+    def vec(self, size: int) -> PtrDType:
+        """A vector of `size` pointers (used when an upcast index yields several addresses)."""
+        if self.v != 1:
+            raise ValueError(f"can't vectorize {self}, it is already a vector of pointers")
+        if size == 1:
+            return self
+        return PtrDType(
+            self.priority,
+            self.itemsize,
+            self.name,
+            self.fmt,
+            self.count,
+            None,
+            self._base,
+            self.addrspace,
+            size,
+            self.size,
+        )
+
+    def scalar(self) -> PtrDType:
+        """The single-pointer form of a pointer vector."""
+        return PtrDType(
+            self.priority,
+            self.itemsize,
+            self.name,
+            self.fmt,
+            self.count,
+            None,
+            self._base,
+            self.addrspace,
+            1,
+            self.size,
+        )
+
+    @property
+    def vcount(self) -> int:
+        return self.v
+
+    def __repr__(self) -> str:
+        where = "" if self.addrspace == AddrSpace.GLOBAL else f", {self.addrspace}"
+        vec = "" if self.v == 1 else f".vec({self.v})"
+        return f"{self._base!r}.ptr({self.size}{where}){vec}"
+
+
+class dtypes:  # noqa: N801 (tinygrad-compatible name)
+    """The namespace of all dtypes, with predicates and conversions.
+
+    `dtypes.default_float` (float32) and `dtypes.default_int` (int32) are the dtypes of Python floats and ints;
+    assign to them to change the defaults process-wide (as in tinygrad), or use the `DEFAULT_FLOAT` environment
+    variable (e.g. `DEFAULT_FLOAT=HALF`).
+    """
+
+    void: Final[DType] = DType.new(-1, 0, "void", None)
+    bool: Final[DType] = DType.new(0, 1, "bool", "?")
+    int8: Final[DType] = DType.new(1, 1, "signed char", "b")
+    uint8: Final[DType] = DType.new(2, 1, "unsigned char", "B")
+    int16: Final[DType] = DType.new(3, 2, "short", "h")
+    uint16: Final[DType] = DType.new(4, 2, "unsigned short", "H")
+    int32: Final[DType] = DType.new(5, 4, "int", "i")
+    uint32: Final[DType] = DType.new(6, 4, "unsigned int", "I")
+    int64: Final[DType] = DType.new(7, 8, "long", "q")
+    uint64: Final[DType] = DType.new(8, 8, "unsigned long", "Q")
+    float16: Final[DType] = DType.new(9, 2, "half", "e")
+    bfloat16: Final[DType] = DType.new(10, 2, "__bf16", None)
+    float32: Final[DType] = DType.new(11, 4, "float", "f")
+    float64: Final[DType] = DType.new(12, 8, "double", "d")
+    # index arithmetic before the renderer picks int32 or int64 from value ranges
+    index: Final[DType] = DType.new(-2, 8, "index", None)
+
+    # aliases
+    half = float16
+    float = float32
+    double = float64
+    uchar = uint8
+    ushort = uint16
+    uint = uint32
+    ulong = uint64
+    char = int8
+    short = int16
+    int = int32
+    long = int64
+
+    default_float: ClassVar[DType] = float32
+    default_int: ClassVar[DType] = int32
+
+    @staticmethod
+    def is_float(dtype: DType) -> bool:
+        """True for float16, bfloat16, float32, float64 (and their vectors)."""
+        return dtype.scalar() in FLOATS
+
+    @staticmethod
+    def is_int(dtype: DType) -> bool:
+        """True for signed and unsigned integers (and `dtypes.index`), not bool."""
+        return dtype.scalar() in INTS or dtype.scalar() == dtypes.index
+
+    @staticmethod
+    def is_unsigned(dtype: DType) -> bool:
+        """True for uint8/16/32/64."""
+        return dtype.scalar() in UINTS
+
+    @staticmethod
+    def is_bool(dtype: DType) -> bool:
+        """True for bool."""
+        return dtype.scalar() == dtypes.bool
+
+    @staticmethod
+    def from_py(value: Any) -> DType:
+        """The dtype tinycore gives a Python value (or nested list/tuple of values).
+
+        >>> dtypes.from_py(True), dtypes.from_py(3), dtypes.from_py([1, 2.0])
+        (dtypes.bool, dtypes.int, dtypes.float)
+        """
+        if isinstance(value, (list, tuple)):
+            return max((dtypes.from_py(item) for item in value), default=dtypes.default_float)
+        if isinstance(value, bool):
+            return dtypes.bool
+        if isinstance(value, int):
+            return dtypes.default_int
+        if isinstance(value, float):
+            return dtypes.default_float
+        raise TypeError(f"can't infer a dtype from {type(value).__name__} value {value!r}")
+
+    @staticmethod
+    def as_const(value: Any, dtype: DType) -> ConstType | tuple[ConstType, ...]:
+        """`value` converted to the Python type that represents constants of `dtype` (wrapping ints like C does).
+
+        >>> dtypes.as_const(3.7, dtypes.int32), dtypes.as_const(300, dtypes.uint8), dtypes.as_const(2, dtypes.float)
+        (3, 44, 2.0)
+        """
+        if isinstance(value, tuple):
+            return tuple(dtypes.as_const(item, dtype) for item in value)
+        scalar = dtype.scalar()
+        if dtypes.is_float(scalar):
+            return float(value)
+        if scalar == dtypes.bool:
+            return bool(value)
+        if dtypes.is_int(scalar):
+            if isinstance(value, float) and not math.isfinite(value):
+                return 0
+            ivalue = int(value)
+            if scalar == dtypes.index:
+                return ivalue
+            bits = 8 * scalar.itemsize
+            ivalue &= (1 << bits) - 1
+            if not dtypes.is_unsigned(scalar) and ivalue >= 1 << (bits - 1):
+                ivalue -= 1 << bits
+            return ivalue
+        raise TypeError(f"no constants of dtype {dtype}")
+
+    @staticmethod
+    def min(dtype: DType) -> ConstType:
+        """Smallest value of `dtype` (-inf for floats)."""
+        if dtypes.is_int(dtype):
+            return 0 if dtypes.is_unsigned(dtype) else -(2 ** (8 * dtype.itemsize - 1))
+        return False if dtype == dtypes.bool else -math.inf
+
+    @staticmethod
+    def max(dtype: DType) -> ConstType:
+        """Largest value of `dtype` (inf for floats)."""
+        if dtypes.is_int(dtype):
+            return 2 ** (8 * dtype.itemsize) - 1 if dtypes.is_unsigned(dtype) else 2 ** (8 * dtype.itemsize - 1) - 1
+        return True if dtype == dtypes.bool else math.inf
+
+    @staticmethod
+    def finfo(dtype: DType) -> tuple[int, int]:
+        """(exponent bits, mantissa bits) of a float dtype."""
+        if not dtypes.is_float(dtype):
+            raise TypeError(f"{dtype} is not a float dtype")
+        return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[
+            dtype.scalar()
+        ]
+
+    @staticmethod
+    def fields() -> dict[str, DType]:
+        """Every public dtype name (aliases included) mapped to its dtype."""
+        return dict(DTYPES_DICT)
+
+    @staticmethod
+    def from_np(np_dtype: Any) -> DType:
+        """The tinycore dtype of a numpy dtype.
+
+        >>> import numpy as np
+        >>> dtypes.from_np(np.dtype("int16"))
+        dtypes.short
+        """
+        import numpy as np
+
+        np_dtype = np.dtype(np_dtype)
+        for dtype in ALL_SCALARS:
+            if dtype.fmt is not None and np.dtype(dtype.fmt) == np_dtype:
+                return dtype
+        raise TypeError(f"numpy dtype {np_dtype} has no tinycore dtype")
+
+    @staticmethod
+    def to_np(dtype: DType) -> Any:
+        """The numpy dtype of a tinycore dtype (bfloat16 has none, so it maps to float32 on the host side)."""
+        import numpy as np
+
+        scalar = dtype.scalar()
+        if scalar == dtypes.bfloat16:
+            return np.dtype(np.float32)
+        if scalar.fmt is None:
+            raise TypeError(f"{dtype} has no numpy equivalent")
+        return np.dtype(scalar.fmt)
+
+
+FLOATS: Final = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+UINTS: Final = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+SINTS: Final = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+INTS: Final = UINTS + SINTS
+ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
+
+DTYPES_DICT: Final[dict[str, DType]] = {
+    name: value for name, value in vars(dtypes).items() if isinstance(value, DType) and not name.startswith("default")
+}
+INVERSE_DTYPES_DICT: Final[dict[str, str]] = {
+    **{value.name: name for name, value in DTYPES_DICT.items() if name not in ("half", "double", "float32")},
+    "void": "void",
+    "index": "index",
+}
+INVERSE_DTYPES_DICT.update({dtypes.float32.name: "float", dtypes.float16.name: "half", dtypes.float64.name: "double"})
+INVERSE_DTYPES_DICT.update({dtypes.int32.name: "int", dtypes.int8.name: "char", dtypes.int16.name: "short"})
+INVERSE_DTYPES_DICT.update({dtypes.int64.name: "long", dtypes.uint8.name: "uchar", dtypes.uint16.name: "ushort"})
+INVERSE_DTYPES_DICT.update({dtypes.uint32.name: "uint", dtypes.uint64.name: "ulong", dtypes.bfloat16.name: "bfloat16"})
+
+
+def _set_default_float_from_env() -> None:
+    from tinycore.helpers import getenv
+
+    name = getenv("DEFAULT_FLOAT", "")
+    if name:
+        if name.lower() not in DTYPES_DICT or not dtypes.is_float(DTYPES_DICT[name.lower()]):
+            raise ValueError(f"DEFAULT_FLOAT={name} is not a float dtype; use one of HALF, BFLOAT16, FLOAT, DOUBLE")
+        dtypes.default_float = DTYPES_DICT[name.lower()]
+
+
+_set_default_float_from_env()
+
+# Promotion: an edge a -> b means a value of a is exactly representable in b. The result of mixing dtypes is the
+# least upper bound in this lattice (as in tinygrad, and matching PyTorch's category rules for tensor/tensor ops).
+PROMOTION_LATTICE: Final[dict[DType, tuple[DType, ...]]] = {
+    dtypes.bool: (dtypes.int8, dtypes.uint8),
+    dtypes.int8: (dtypes.int16,),
+    dtypes.int16: (dtypes.int32,),
+    dtypes.int32: (dtypes.int64,),
+    dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16),
+    dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64),
+    dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,),
+    dtypes.bfloat16: (dtypes.float32,),
+    dtypes.float32: (dtypes.float64,),
+    dtypes.float64: (),
+}
+
+
+def _upper_set(dtype: DType) -> frozenset[DType]:
+    """`dtype` and every dtype it promotes to."""
+    result = {dtype}
+    for parent in PROMOTION_LATTICE.get(dtype, ()):
+        result |= _upper_set(parent)
+    return frozenset(result)
+
+
+def least_upper_dtype(*dts: DType) -> DType:
+    """The smallest dtype every argument promotes to (PyTorch-style promotion).
+
+    >>> least_upper_dtype(dtypes.int32, dtypes.float16), least_upper_dtype(dtypes.uint8, dtypes.int64)
+    (dtypes.half, dtypes.long)
+    """
+    common = frozenset.intersection(*(_upper_set(dtype.scalar()) for dtype in dts))
+    if not common:
+        raise TypeError(f"no common dtype for {dts}")
+    return min(common)
+
+
+def least_upper_float(dtype: DType) -> DType:
+    """`dtype` if it is a float, else the default float promoted with it (what `exp` or `/` of an int returns)."""
+    return dtype if dtypes.is_float(dtype) else least_upper_dtype(dtype, dtypes.default_float)
+
+
+def sum_acc_dtype(dtype: DType) -> DType:
+    """The dtype `sum` accumulates in: bool/ints widen to at least int32 (unsigned stays unsigned)."""
+    if dtypes.is_unsigned(dtype):
+        return least_upper_dtype(dtype, dtypes.uint32)
+    if dtypes.is_int(dtype) or dtype == dtypes.bool:
+        return least_upper_dtype(dtype, dtypes.int32)
+    return least_upper_dtype(dtype, dtypes.float32) if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+
+
+def truncate_to_dtype(value: ConstType, dtype: DType) -> ConstType:
+    """Round a Python constant the way storing it in `dtype` would (floats through `struct`, ints by wrapping)."""
+    if dtypes.is_float(dtype) and dtype.fmt is not None and dtype != dtypes.float64:
+        try:
+            return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, float(value)))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    if dtype == dtypes.bfloat16:
+        bits = struct.unpack("I", struct.pack("f", float(value)))[0]
+        if not math.isnan(value):
+            bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
+        return struct.unpack("f", struct.pack("I", (bits >> 16) << 16 & 0xFFFFFFFF))[0]
+    return dtypes.as_const(value, dtype)  # type: ignore[return-value]

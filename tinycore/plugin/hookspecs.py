@@ -1,0 +1,94 @@
+"""The pluggy hook specifications a device plugin implements (project name ``"tinycore"``).
+
+A plugin is a light module named by an entry point in group ``tinycore.devices``; it defines functions decorated
+with :data:`tinycore.plugin.hookimpl` whose names and arguments match the specs below. Only
+``tinycore_open_device`` may import heavy vendor libraries.
+
+>>> sorted(name for name in dir(DeviceHookSpecs) if name.startswith("tinycore_"))[:2]
+['tinycore_compile_target', 'tinycore_device_capabilities']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from tinycore.device import Compiled
+    from tinycore.dtype import DType
+    from tinycore.renderer import Renderer
+    from tinycore.runtime.compiler import Compiler
+    from tinycore.uop.patterns import PatternMatcher
+
+PROJECT_NAME = "tinycore"
+ENTRY_POINT_GROUP = "tinycore.devices"
+# The device contract's version. A plugin declares TINYCORE_PLUGIN_API = (major, minor) in its entry module:
+# it loads when the majors are equal and its minor is <= core's minor.
+PLUGIN_API_VERSION: tuple[int, int] = (1, 0)
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a cheap probe found: ``ok`` with the number of devices, or why not and one concrete fix.
+
+    >>> ProbeResult(ok=False, reason="no NVIDIA driver", hint="install the NVIDIA driver").ok
+    False
+    """
+
+    ok: bool
+    reason: str = ""
+    hint: str = ""
+    device_count: int = 1
+
+
+@dataclass(frozen=True)
+class DeviceCapabilities:
+    """What a device family supports, for legality checks and for the test kit to derive skips.
+
+    ``dtypes`` are the supported element dtypes, ``features`` free-form flags (``"local"``, ``"shared"``,
+    ``"tensor_cores"``, ``"graph"``, ``"multi_device"``...), ``limits`` numbers such as ``"local_max"``.
+    """
+
+    dtypes: frozenset[DType]
+    features: frozenset[str] = frozenset()
+    limits: dict[str, int] = field(default_factory=dict)
+
+
+class DeviceHookSpecs:
+    """Hook specifications; see DESIGN.md section 4 and docs/plugins.md."""
+
+    @hookspec(historic=True)
+    def tinycore_register_devices(self, registry: Any) -> None:
+        """Declare devices with ``registry.register(name, priority=, aliases=, api_version=, factory=)``.
+
+        No vendor import may happen here: this runs for every plugin when the first device is requested.
+        """
+
+    @hookspec(firstresult=True)
+    def tinycore_probe_device(self, name: str) -> ProbeResult | None:
+        """Cheaply check whether device family ``name`` can run here. Must never raise; None if not yours."""
+
+    @hookspec(firstresult=True)
+    def tinycore_open_device(self, name: str, ordinal: int) -> Compiled | None:
+        """Build the ``Compiled`` device ``name`` number ``ordinal``; None if ``name`` is not yours."""
+
+    @hookspec(firstresult=True)
+    def tinycore_compile_target(self, name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
+        """A (Renderer, Compiler) pair for ``name``/``arch`` that needs no hardware (compile-only, BEAM workers)."""
+
+    @hookspec(firstresult=True)
+    def tinycore_device_capabilities(self, name: str) -> DeviceCapabilities | None:
+        """The capabilities of device family ``name``; None if not yours."""
+
+    @hookspec
+    def tinycore_rewrite_rules(self, stage: str, device: str) -> PatternMatcher | None:
+        """Extra rewrite rules for the named lowering ``stage`` on ``device`` (all results are combined)."""
+
+    @hookspec
+    def tinycore_report_info(self, name: str) -> dict[str, str] | None:
+        """Driver/toolkit versions and similar facts about ``name`` for ``plugins -v`` and ``doctor``."""
