@@ -1,0 +1,107 @@
+"""Shared pytest fixtures for core tests.
+
+- ``fake_site``: a throwaway site folder where tests write hand-made distributions (``*.dist-info`` with ``METADATA``
+  and ``entry_points.txt``, plus modules); :meth:`FakeSite.run` runs Python code in a fresh interpreter that sees it
+  (discovery through ``importlib.metadata`` works exactly as for pip-installed distributions).
+- ``run_python``: run code in a fresh interpreter with a clean tinycore environment (no ``DEV``/``TINYCORE_*`` knobs
+  leaking from the caller's shell).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+# knobs a test process must not inherit from the developer's shell: each test sets what it needs
+_KNOBS = ("DEV", "DEBUG", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS", "TINYCORE_STRICT_PLUGINS")
+
+
+def clean_env(extra: Mapping[str, str] | None = None, paths: Sequence[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """The current environment without tinycore knobs, with ``paths`` prepended to PYTHONPATH and ``extra`` set."""
+    env = {key: value for key, value in os.environ.items() if key not in _KNOBS}
+    env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in paths), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra or {})
+    return env
+
+
+def run_code(
+    code: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    paths: Sequence[str | os.PathLike[str]] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code`` (or ``python ARGS`` when ``code`` is empty) in a fresh interpreter; text output."""
+    command = [sys.executable, *args] if not code else [sys.executable, *args, "-c", textwrap.dedent(code)]
+    return subprocess.run(command, env=clean_env(env, paths), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+class FakeSite:
+    """A folder on ``sys.path`` of child interpreters holding hand-made distributions and modules."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def add_module(self, name: str, source: str) -> Path:
+        """Write module ``name`` (dotted names create packages) with ``source``."""
+        parts = name.split(".")
+        folder = self.root.joinpath(*parts[:-1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for depth in range(1, len(parts)):
+            init = self.root.joinpath(*parts[:depth], "__init__.py")
+            if not init.exists():
+                init.write_text("")
+        path = folder / f"{parts[-1]}.py"
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def add_distribution(
+        self,
+        name: str,
+        version: str = "0.1.0",
+        *,
+        entry_points: Mapping[str, Mapping[str, str]] | None = None,
+        requires: Sequence[str] = (),
+        modules: Mapping[str, str] | None = None,
+    ) -> Path:
+        """Create ``<name>-<version>.dist-info`` with ``entry_points`` ``{group: {name: value}}``, ``Requires-Dist``
+        lines ``requires``, and the given ``modules`` ``{dotted name: source}``. Returns the dist-info folder."""
+        folder = self.root / f"{name.replace('-', '_')}-{version}.dist-info"
+        folder.mkdir()
+        lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+        lines += [f"Requires-Dist: {req}" for req in requires]
+        (folder / "METADATA").write_text("\n".join(lines) + "\n")
+        sections = []
+        for group, entries in (entry_points or {}).items():
+            sections.append(f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items()))
+        (folder / "entry_points.txt").write_text("\n".join(sections))
+        for module, source in (modules or {}).items():
+            self.add_module(module, source)
+        return folder
+
+    def run(
+        self, code: str, env: Mapping[str, str] | None = None, **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``code`` in a fresh interpreter that sees this site (cwd = the site; knobs only from ``env``)."""
+        return run_code(code, env, paths=[self.root], cwd=self.root, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fake_site(tmp_path: Path) -> FakeSite:
+    """An empty :class:`FakeSite` in the test's temporary folder."""
+    return FakeSite(tmp_path / "site")
+
+
+@pytest.fixture
+def run_python():
+    """:func:`run_code`: run code in a fresh interpreter with a clean tinycore environment."""
+    return run_code

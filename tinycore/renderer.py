@@ -1,0 +1,272 @@
+"""What a device's code generator declares and consumes: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`.
+
+A `Renderer` turns one linearized UOp program into source text for its device family and declares what the
+optimizer and the decomposition passes may assume about that device (vector widths, local/shared memory, limits,
+tensor cores, natively rendered ops, dtypes). `ProgramSpec` is the one program format every renderer consumes
+and the `PYTHON` device executes.
+
+>>> spec = ProgramSpec("E_4", [], "PYTHON", global_size=(4, 1, 1), local_size=(1, 1, 1))
+>>> spec.launch_dims({})
+((4, 1, 1), (1, 1, 1))
+>>> (Estimates(ops=2, mem=8) + Estimates(ops=1, lds=4)).ops
+3
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tinycore.dtype import ALL_SCALARS, DType
+
+if TYPE_CHECKING:
+    from tinycore.uop.ops import UOp
+
+Coord = tuple[int, int]
+# layout[lane][element] = (row, col) of the operand matrix that this lane's element holds
+Layout = tuple[tuple[Coord, ...], ...]
+
+
+def eval_dim(value: Any, var_vals: dict[str, int]) -> int:
+    """Evaluate one size (an int, or a symbolic UOp expression over bound variables) to an int.
+
+    Ints pass through untouched; anything else is handed to `tinycore.uop.ops.sym_infer`, imported only then.
+
+    >>> eval_dim(7, {})
+    7
+    """
+    if isinstance(value, int):
+        return value
+    from tinycore.uop.ops import sym_infer  # symbolic sizes only: keeps this module free of the IR
+
+    return int(sym_infer(value, var_vals))
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Cost estimates of a program: `ops` arithmetic operations, `lds` bytes loaded/stored (cache hits included),
+    `mem` bytes of global memory touched. Each may be an int or a symbolic expression of the program's variables.
+
+    >>> Estimates(ops=10, mem=40).evaluate({})
+    Estimates(ops=10, lds=0, mem=40)
+    """
+
+    ops: Any = 0
+    lds: Any = 0
+    mem: Any = 0
+
+    def __add__(self, other: Estimates) -> Estimates:
+        return Estimates(self.ops + other.ops, self.lds + other.lds, self.mem + other.mem)
+
+    def evaluate(self, var_vals: dict[str, int]) -> Estimates:
+        """These estimates with every symbolic expression evaluated at `var_vals`."""
+        return Estimates(eval_dim(self.ops, var_vals), eval_dim(self.lds, var_vals), eval_dim(self.mem, var_vals))
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """One warp-level matrix-multiply-accumulate instruction (WMMA): ``D = A @ B + C``.
+
+    Shapes: ``dims = (N, M, K)``; ``A`` is M x K and ``B`` is K x N in `dtype_in`, ``C`` and ``D`` are M x N in
+    `dtype_out`. `threads` lanes cooperate; lane ``t`` holds ``elements_per_thread = (a, b, c)`` elements of A, B
+    and C/D in registers.
+
+    The lane-to-element layout is explicit so that the `PYTHON` device can emulate the instruction:
+    ``swizzle = (layout_a, layout_b, layout_c)`` where ``layout_x[lane][i] = (row, col)`` is the coordinate in
+    operand X's matrix of the ``i``-th element lane ``lane`` holds. Every element of C/D is held by exactly one
+    (lane, element) pair; A and B elements may be replicated over lanes (as on RDNA3), in which case all copies
+    must hold the same value and the emulator reads the lowest lane's copy. `from_maps` builds the tables from
+    functions. `opts` is the optimizer's recipe for laying the instruction onto local/upcast axes, interpreted by
+    the kernel optimizer (``"l0"``: a local axis of size 2 on dim 0, ``"u1"``: an upcast axis of size 2 on dim 1).
+
+    >>> tc = TensorCore.from_maps((2, 2, 1), 2, DType.new(11, 4, "float", "f"), DType.new(11, 4, "float", "f"),
+    ...     a=lambda lane, i: (lane, 0), b=lambda lane, i: (0, lane), c=lambda lane, i: (lane, i))
+    >>> tc.emulate([[1.0], [2.0]], [[3.0], [4.0]], [[0.0, 0.0], [0.0, 1.0]])
+    [[3.0, 4.0], [6.0, 9.0]]
+    """
+
+    dims: tuple[int, int, int]
+    threads: int
+    elements_per_thread: tuple[int, int, int]
+    dtype_in: DType
+    dtype_out: DType
+    swizzle: tuple[Layout, Layout, Layout]
+    opts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        n, m, k = self.dims
+        shapes = ((m, k), (k, n), (m, n))
+        for which, layout, count, (rows, cols) in zip("ABC", self.swizzle, self.elements_per_thread, shapes):
+            if len(layout) != self.threads or any(len(lane) != count for lane in layout):
+                raise ValueError(f"TensorCore {self.name}: layout of {which} must be {self.threads} lanes x {count}")
+            held = [coord for lane in layout for coord in lane]
+            if any(not (0 <= r < rows and 0 <= c < cols) for r, c in held):
+                raise ValueError(f"TensorCore {self.name}: layout of {which} leaves the {rows}x{cols} matrix")
+            if set(held) != {(r, c) for r in range(rows) for c in range(cols)}:
+                raise ValueError(f"TensorCore {self.name}: layout of {which} does not cover the {rows}x{cols} matrix")
+            if which == "C" and len(held) != rows * cols:
+                raise ValueError(f"TensorCore {self.name}: each element of C must be held by exactly one lane")
+
+    @property
+    def name(self) -> str:
+        """A readable name such as ``WMMA_16_16_16_half_float``."""
+        return f"WMMA_{'_'.join(map(str, self.dims))}_{self.dtype_in.name}_{self.dtype_out.name}".replace(" ", "")
+
+    @classmethod
+    def from_maps(
+        cls,
+        dims: tuple[int, int, int],
+        threads: int,
+        dtype_in: DType,
+        dtype_out: DType,
+        a: Callable[[int, int], Coord],
+        b: Callable[[int, int], Coord],
+        c: Callable[[int, int], Coord],
+        opts: tuple[str, ...] = (),
+        replication: tuple[int, int] = (1, 1),
+    ) -> TensorCore:
+        """Build a TensorCore from per-operand functions ``(lane, element) -> (row, col)``.
+
+        Elements per thread are derived from the matrix sizes; `replication` says how many lanes hold each element
+        of A and of B (1 unless the hardware replicates inputs).
+        """
+        n, m, k = dims
+        counts = (m * k * replication[0], k * n * replication[1], m * n)
+        if any(count % threads for count in counts):
+            raise ValueError(f"matrix sizes {counts} are not divisible by {threads} threads")
+        per_thread = tuple(count // threads for count in counts)
+        layouts = tuple(
+            tuple(tuple(tuple(fn(lane, i)) for i in range(count)) for lane in range(threads))
+            for fn, count in zip((a, b, c), per_thread)
+        )
+        return cls(dims, threads, per_thread, dtype_in, dtype_out, layouts, opts)  # type: ignore[arg-type]
+
+    def emulate(self, a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]], c: Sequence[Sequence[Any]]) -> list:
+        """Reference semantics: per-lane register values of A, B, C in, per-lane values of D out (Python numbers)."""
+        n, m, k = self.dims
+        mat_a: dict[Coord, Any] = {}
+        mat_b: dict[Coord, Any] = {}
+        mat_c: dict[Coord, Any] = {}
+        for values, layout, mat in zip((a, b, c), self.swizzle, (mat_a, mat_b, mat_c)):
+            for lane, coords in enumerate(layout):
+                for i, coord in enumerate(coords):
+                    mat.setdefault(coord, values[lane][i])  # replicated inputs: the lowest lane's copy wins
+        out = {
+            (row, col): mat_c[(row, col)] + sum(mat_a[(row, j)] * mat_b[(j, col)] for j in range(k))
+            for row in range(m)
+            for col in range(n)
+        }
+        return [[out[coord] for coord in coords] for coords in self.swizzle[2]]
+
+
+class Renderer:
+    """Base class of a device family's code generator: UOp program in, source text out.
+
+    Subclasses set the class attributes (or instance attributes per `arch`) and implement `render`:
+
+    - `device`: the device family (``"PYTHON"``, ``"CUDA"``), `arch`: target architecture or None, `suffix`: a
+      short tag used in kernel names and cache keys;
+    - `supports_float4`: vector loads/stores are rendered; `has_local`: work-groups and local ids exist;
+      `has_shared`: work-group shared memory exists; `global_max`/`local_max`: per-axis launch limits (None: no
+      such axes), `shared_max`: bytes of shared memory per group;
+    - `tensor_cores`: the WMMA instructions it can render; `native_ops`: names of `Ops` it renders directly (for
+      example ``"MULACC"``, ``"EXP2"``); core decomposes every other op before rendering;
+    - `supported_dtypes`: scalar dtypes it can load, store and compute in.
+
+    Renderers pickle as ``(device family, arch)`` and are rebuilt through the plugin's `tinycore_compile_target`
+    hook, so BEAM workers and compile-only tools get an identical renderer without any hardware.
+    """
+
+    device: str = ""
+    arch: str | None = None
+    suffix: str = ""
+    supports_float4: bool = True
+    has_local: bool = True
+    has_shared: bool = True
+    global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    shared_max: int = 32768
+    tensor_cores: list[TensorCore] = []  # read-only default: subclasses assign their own
+    native_ops: frozenset[str] = frozenset()
+    supported_dtypes: frozenset[DType] = frozenset(ALL_SCALARS)
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement render")
+
+    def __reduce__(self) -> tuple[Callable[[str, str | None], Renderer], tuple[str, str | None]]:
+        return _rebuild_renderer, (self.device, self.arch)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} device={self.device!r} arch={self.arch!r}>"
+
+
+def _rebuild_renderer(family: str, arch: str | None) -> Renderer:
+    """Unpickling side of `Renderer.__reduce__`: ask the plugin owning `family` for a renderer of `arch`
+    (its `tinycore_compile_target` hook; no hardware needed)."""
+    from tinycore.plugin.manager import get_manager
+
+    target = get_manager().call_device_hook(family, "tinycore_compile_target", name=family, arch=arch)
+    if target is None:
+        raise RuntimeError(f"the plugin of {family} returned no compile target for arch {arch!r}: can't unpickle")
+    renderer: Renderer = target[0]
+    return renderer
+
+
+_IDENTIFIER_CHARS = re.compile(r"[^A-Za-z0-9_]")
+_ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class ProgramSpec:
+    """One kernel as every renderer consumes it and the `PYTHON` device executes it.
+
+    - `name`: the kernel's display name (may carry ANSI colors; `function_name` is the C identifier form);
+    - `uops`: the linearized UOp program; `device`: the device it is built for;
+    - `global_size` / `local_size`: launch dims (ints or symbolic expressions; `local_size=None` lets the device
+      choose); `vars`: names of the program's variables, in argument order after the buffers;
+    - `ins` / `outs`: indices of the buffer arguments read / written; `estimates`: cost estimates;
+    - `src`: the rendered source once rendered, `lib`: the compiled binary once compiled.
+    """
+
+    name: str
+    uops: list[UOp]
+    device: str
+    global_size: tuple[Any, ...] = (1, 1, 1)
+    local_size: tuple[Any, ...] | None = (1, 1, 1)
+    vars: list[str] = field(default_factory=list)
+    ins: list[int] = field(default_factory=list)
+    outs: list[int] = field(default_factory=list)
+    estimates: Estimates = field(default_factory=Estimates)
+    src: str | None = None
+    lib: bytes | None = None
+
+    @property
+    def function_name(self) -> str:
+        """`name` as a valid C identifier (colors removed, other characters replaced by ``_``).
+
+        >>> ProgramSpec("r_4:2", [], "PYTHON").function_name
+        'r_4_2'
+        """
+        name = _IDENTIFIER_CHARS.sub("_", _ANSI_ESCAPES.sub("", self.name))
+        return name if name and not name[0].isdigit() else f"k_{name}"
+
+    @property
+    def has_symbolic_dims(self) -> bool:
+        """True when a launch dim depends on a variable (it must be re-evaluated on every launch)."""
+        return not all(isinstance(d, int) for d in (*self.global_size, *(self.local_size or ())))
+
+    def launch_dims(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+        """(global_size, local_size) as ints, with symbolic sizes evaluated at `var_vals`."""
+        global_size = tuple(eval_dim(d, var_vals) for d in self.global_size)
+        local_size = None if self.local_size is None else tuple(eval_dim(d, var_vals) for d in self.local_size)
+        return global_size, local_size
+
+    def var_values(self, var_vals: dict[str, int]) -> tuple[int, ...]:
+        """The values of `vars` in argument order (raises KeyError naming a missing variable)."""
+        try:
+            return tuple(int(var_vals[name]) for name in self.vars)
+        except KeyError as missing:
+            raise KeyError(f"kernel {self.function_name} needs variable {missing.args[0]!r}, got {var_vals}") from None

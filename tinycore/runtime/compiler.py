@@ -1,0 +1,80 @@
+"""The `Compiler` base class: source text to binary, with a disk cache whose key pins the whole build setup.
+
+A device plugin subclasses `Compiler`, implements `compile` and reports in `cache_key_parts` everything besides
+the source that changes the binary: compiler name and version, flags, and the resolved target (GPU arch, or the
+CPU features ``-march=native`` expands to). Core caches binaries under ``compile_<cachekey>`` keyed by all of it,
+so a cache folder shared between machines never hands AVX-512 code to an AVX2 CPU.
+
+>>> class Upper(Compiler):
+...     def compile(self, src: str) -> bytes:
+...         return src.upper().encode()
+>>> Upper(None).compile_cached("abc")
+b'ABC'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from tinycore.runtime.disk_cache import disk_get, disk_put
+
+
+class Compiler:
+    """Base class of device compilers.
+
+    `cachekey` names the cache table (``compile_<cachekey>``), conventionally the family and compiler
+    (``"clang"``, ``"cuda_sm_90"``); None disables caching. Subclasses implement `compile`, raising
+    `tinycore.errors.CompileError` with the compiler's message on failure, and override `cache_key_parts`
+    (compute expensive parts once, in ``__init__``: it is consulted on every `compile_cached`).
+    """
+
+    def __init__(self, cachekey: str | None = None):
+        self.cachekey = cachekey
+
+    def compile(self, src: str) -> bytes:
+        """Compile `src` to the device's binary format (abstract)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement compile")
+
+    def cache_key_parts(self) -> Sequence[str]:
+        """Everything besides the source that determines the binary: compiler version, flags, resolved target."""
+        return ()
+
+    def cache_key(self, src: str) -> str:
+        """The disk-cache key of `src` under this compiler's current configuration."""
+        material = json.dumps([type(self).__name__, self.cachekey, [str(p) for p in self.cache_key_parts()], src])
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    def compile_cached(self, src: str) -> bytes:
+        """`compile(src)`, served from the disk cache when an identical build was done before (here or on any
+        machine sharing the cache with the same `cache_key_parts`). Non-`CompileError` failures of `compile` are
+        wrapped in a `CompileError` naming this compiler."""
+        if self.cachekey is None:
+            return self._compile_checked(src)
+        table, key = f"compile_{self.cachekey}", self.cache_key(src)
+        lib = disk_get(table, key)
+        if lib is None:
+            lib = self._compile_checked(src)
+            disk_put(table, key, lib)
+        return lib
+
+    def _compile_checked(self, src: str) -> bytes:
+        from tinycore.errors import CompileError
+
+        try:
+            lib = self.compile(src)
+        except (CompileError, NotImplementedError):
+            raise
+        except Exception as error:
+            raise CompileError(f"{type(self).__name__} failed: {type(error).__name__}: {error}") from error
+        if not isinstance(lib, (bytes, bytearray)):
+            raise CompileError(f"{type(self).__name__}.compile returned {type(lib).__name__}, expected bytes")
+        return bytes(lib)
+
+    def disassemble(self, lib: bytes) -> str:
+        """Optional: human-readable assembly of a compiled binary (for ``DEBUG>=6``)."""
+        raise NotImplementedError(f"{type(self).__name__} can't disassemble")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} cachekey={self.cachekey!r}>"
