@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, ClassVar, Final
 
@@ -25,6 +25,13 @@ class AddrSpace(Enum):
     GLOBAL = "global"
     LOCAL = "local"
     REG = "reg"
+
+
+_ADDRSPACE_ORDER: Final[dict[AddrSpace, int]] = {space: i for i, space in enumerate(AddrSpace)}
+
+
+def _field_values(dtype: DType) -> tuple:
+    return tuple(getattr(dtype, f.name) for f in fields(dtype))
 
 
 @dataclass(frozen=True, eq=True)
@@ -49,6 +56,31 @@ class DType:
     def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
         """Make a new scalar dtype (used once per dtype in `dtypes`)."""
         return DType(priority, itemsize, name, fmt, 1, None)
+
+    def __hash__(self) -> int:
+        # Cached, and built from ints only so it is the same in every process (a pickled DType carries it along).
+        # UOps are hash-consed on a key that contains their dtype, so this runs on every UOp construction; the
+        # dataclass-generated hash would rebuild and hash a 6-field tuple each time (~0.4 us).
+        try:
+            return self._hash  # type: ignore[attr-defined]
+        except AttributeError:
+            cached = hash(self._hash_key())
+            object.__setattr__(self, "_hash", cached)
+            return cached
+
+    def _hash_key(self) -> tuple:
+        return (self.priority, self.itemsize, self.count)
+
+    def __eq__(self, other: object) -> bool:
+        # Same result as the dataclass-generated comparison (all fields, same class), with fast paths: identity,
+        # and the cached int hash, which differs for almost every pair of distinct dtypes.
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        if hash(self) != hash(other):
+            return False
+        return _field_values(self) == _field_values(other)
 
     def __repr__(self) -> str:
         if self.count > 1:
@@ -104,6 +136,15 @@ class PtrDType(DType):
     addrspace: AddrSpace = AddrSpace.GLOBAL
     v: int = 1
     size: int = -1
+
+    def __hash__(self) -> int:  # the dataclass decorator would otherwise replace the cached hash of DType
+        return DType.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:  # likewise for the fast comparison
+        return DType.__eq__(self, other)
+
+    def _hash_key(self) -> tuple:
+        return (self.priority, self.itemsize, self.count, _ADDRSPACE_ORDER[self.addrspace], self.v, self.size)
 
     @property
     def base(self) -> DType:
@@ -200,17 +241,17 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
     @staticmethod
     def is_float(dtype: DType) -> bool:
         """True for float16, bfloat16, float32, float64 (and their vectors)."""
-        return dtype.scalar() in FLOATS
+        return dtype.scalar() in _FLOAT_SET
 
     @staticmethod
     def is_int(dtype: DType) -> bool:
         """True for signed and unsigned integers (and `dtypes.index`), not bool."""
-        return dtype.scalar() in INTS or dtype.scalar() == dtypes.index
+        return dtype.scalar() in _INT_SET
 
     @staticmethod
     def is_unsigned(dtype: DType) -> bool:
         """True for uint8/16/32/64."""
-        return dtype.scalar() in UINTS
+        return dtype.scalar() in _UINT_SET
 
     @staticmethod
     def is_bool(dtype: DType) -> bool:
@@ -323,6 +364,10 @@ UINTS: Final = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 SINTS: Final = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS: Final = UINTS + SINTS
 ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
+# set versions for the predicates (hash lookups instead of comparing against every member)
+_FLOAT_SET: Final = frozenset(FLOATS)
+_UINT_SET: Final = frozenset(UINTS)
+_INT_SET: Final = frozenset((*INTS, dtypes.index))
 
 DTYPES_DICT: Final[dict[str, DType]] = {
     name: value for name, value in vars(dtypes).items() if isinstance(value, DType) and not name.startswith("default")
