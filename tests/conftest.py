@@ -105,3 +105,23 @@ def fake_site(tmp_path: Path) -> FakeSite:
 def run_python():
     """:func:`run_code`: run code in a fresh interpreter with a clean tinycore environment."""
     return run_code
+
+
+def test_devices() -> list[str]:
+    """Devices the device-parametrized tests run on: ``TINYCORE_TEST_DEVICES`` (comma list), else every installed
+    device family whose probe passes (PYTHON always; CLANG when its plugin and a C compiler are present)."""
+    override = os.environ.get("TINYCORE_TEST_DEVICES")
+    if override:
+        return [name.strip().upper() for name in override.split(",") if name.strip()]
+    from tinycore.device import Device
+
+    return [name for name in ("PYTHON", "CLANG") if name in list(Device)]
+
+
+test_devices.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(params=test_devices())
+def device(request: pytest.FixtureRequest) -> str:
+    """Each device of :func:`test_devices` in turn (op-parity tests run on every installed device)."""
+    return request.param

@@ -120,6 +120,7 @@ def test_initial_value_and_opaque(devices):
 
 def test_deallocate_frees_and_del_frees(devices):
     alloc = devices["PLAIN"].allocator
+    gc.collect()  # buffers other tests left in garbage cycles must not be freed in the middle of this test
     start = GlobalCounters.mem_used
     buf = Buffer("PLAIN", 8, dtypes.float32).ensure_allocated()
     assert GlobalCounters.mem_used - start == 32

@@ -164,11 +164,10 @@ def test_compiled_runner_pickles_with_its_binary(devices):
     assert devices["FAKE"].compiler.compiled == compiled_before
 
 
-def test_compiled_runner_on_python_device_builds_a_placeholder_program(devices):
+def test_compiled_runner_on_python_device_runs_an_empty_program(devices):
     runner = CompiledRunner(ProgramSpec("k", [], "PYTHON"))
     assert runner.lib == pickle.dumps([], protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(NotImplementedError, match="scheduler issue"):
-        runner([], {})
+    assert runner([], {}, wait=True) >= 0.0  # the interpreter runs it (and times it when asked)
 
 
 def _filled(device, values, dtype=dtypes.int32):

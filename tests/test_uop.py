@@ -197,7 +197,7 @@ def test_toposort_puts_sources_first_and_each_node_once():
             assert pos[src] < pos[u]
     assert order[-1] is g
     assert order.index(x) < order.index(y)  # sources in src order
-    assert g.toposort() is g.toposort()  # cached
+    assert g.toposort() == g.toposort() and g.toposort() is not g.toposort()  # cached ancestors, fresh dict
 
 
 def test_toposort_gate_stops_descending():
@@ -489,3 +489,15 @@ def test_group_sets_are_consistent():
     assert Ops.CAST in GroupOp.Elementwise and Ops.CAST not in GroupOp.ALU
     assert len(set(Ops)) == len(list(Ops)) and Ops["ADD"] is Ops.ADD and Ops(Ops.ADD.value) is Ops.ADD
     assert sorted([Ops.MUL, Ops.SINK, Ops.ADD])[0] is Ops.SINK
+
+
+def test_toposort_cache_does_not_keep_the_node_alive():
+    # the cached ancestors exclude the node itself: no reference cycle, so refcounting frees a graph at once
+    import weakref
+
+    x = UOp.variable("topo_alive", 0, 3)
+    y = (x + 1) * 2
+    y.toposort()
+    ref = weakref.ref(y)
+    del y
+    assert ref() is None

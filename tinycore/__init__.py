@@ -34,7 +34,13 @@ def __getattr__(name: str) -> Any:
     module_name = _LAZY_EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'tinycore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise AttributeError(f"tinycore.{name} is not available in this build ({module_name} is missing)") from error
+    value = getattr(module, name)
     globals()[name] = value  # later accesses skip this function
     return value
 

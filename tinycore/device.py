@@ -308,6 +308,17 @@ class Buffer:
         """True once device memory is attached."""
         return hasattr(self, "_buf")
 
+    @property
+    def opaque(self) -> Any:
+        """The allocator's handle of this buffer's memory (what `Program`s and `Allocator` methods receive).
+
+        Raises RuntimeError when the buffer is not allocated yet (call `ensure_allocated()` first).
+        """
+        try:
+            return self._buf
+        except AttributeError:
+            raise RuntimeError(f"{self!r} is not allocated") from None
+
     def allocate(self, opaque: Any = None, external_ptr: int | None = None) -> Buffer:
         """Attach device memory: `opaque` (adopted, not owned), memory at `external_ptr`, or a new allocation."""
         if self.is_allocated():

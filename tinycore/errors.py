@@ -112,6 +112,11 @@ class JitError(TinycoreError, RuntimeError):
     """A ``TinyJit`` replay does not match its capture (shapes, dtypes, devices), or capture itself failed."""
 
 
+class MultiDeviceError(TinycoreError, ValueError):
+    """An operation on sharded tensors that tinycore can't run without resharding (mismatched shardings, a movement
+    op that cuts through the sharded axis, an axis too small to split)."""
+
+
 __all__ = [
     "CompileError",
     "DeviceError",
@@ -120,5 +125,6 @@ __all__ = [
     "DevicePluginIncompatibleError",
     "DeviceUnavailableError",
     "JitError",
+    "MultiDeviceError",
     "TinycoreError",
 ]

@@ -1,0 +1,186 @@
+"""Code generation: a kernel AST in, a linearized `ProgramSpec` out (docs/pipeline.md §2-§4).
+
+`get_program(ast, renderer, opts)` runs, each step a named (traceable) rewrite pass where it is one:
+
+1. `lowerer.lower_ast`: ranges for the output shape, indices pushed through movement ops to every LOAD, REDUCE_AXIS
+   as REDUCE over new reduce ranges, indices simplified;
+2. `kernel.Kernel`: the kernel's axes; `opts` (a list of `Opt`, or the hand-coded heuristics of
+   ``tinycore.codegen.heuristic`` when that module exists and ``NOOPT`` is off) are applied as axis splits;
+   `Kernel.get_optimized_sink` maps axes to launch ids / loops / shared memory / registers;
+3. decompositions of ops the renderer doesn't list in `Renderer.native_ops`
+   (``tinycore.codegen.decompositions.decomposition_rules``; skipped while that module doesn't exist);
+4. `estimates.estimate`, then index dtypes (int32, int64 where a value range needs it), then
+   `linearize.linearize`.
+
+>>> from tinycore.dtype import dtypes
+>>> from tinycore.uop.ops import UOp, Ops
+>>> from tinycore.runtime.python_device import PythonRenderer
+>>> out, inp = UOp.define_global(0, dtypes.float, 16), UOp.define_global(1, dtypes.float, 16)
+>>> x = UOp(Ops.LOAD, dtypes.float, (inp,)).reshape((4, 4))
+>>> p = get_program(UOp.sink(out.reshape((4, 4)).store(x * x)), PythonRenderer())
+>>> p.name, p.global_size, p.local_size, p.ins, p.outs, p.estimates.ops
+('E_4_4', (4, 4, 1), (1, 1, 1), [1], [0], 16)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+
+if TYPE_CHECKING:
+    from tinycore.renderer import ProgramSpec, Renderer
+    from tinycore.uop.ops import UOp
+
+__all__ = ["Kernel", "KernelOptError", "Opt", "OptOps", "get_kernel", "get_program", "program_from_kernel"]
+
+# documented cache: display name -> {structural AST key: suffix number}, so different ASTs get different names
+_NAMES: dict[str, dict[bytes, int]] = {}
+
+
+def _unique_name(name: str, ast: UOp) -> str:
+    seen = _NAMES.setdefault(name, {})
+    key = ast.key
+    if key not in seen:
+        seen[key] = len(seen)
+    n = seen[key]
+    return name if n == 0 else f"{name}n{n}"
+
+
+def _default_opts(k: Kernel) -> list[Opt]:
+    """The optimizer's hook: nothing with ``NOOPT``; a BEAM search (`tinycore.codegen.search.beam_search`, timed on
+    the renderer's device with random buffers) with ``BEAM>=1``; else the hand-coded heuristics of
+    ``tinycore.codegen.heuristic`` when that module exists."""
+    from tinycore.helpers import BEAM, NOOPT
+
+    if NOOPT:
+        return []
+    if BEAM >= 1:
+        from tinycore.codegen.search import beam_search
+
+        return list(beam_search(k.copy(), None, int(BEAM.value)).applied_opts)
+    try:
+        heuristic = importlib.import_module("tinycore.codegen.heuristic")
+    except ModuleNotFoundError as error:
+        if error.name == "tinycore.codegen.heuristic":
+            return []
+        raise
+    return list(heuristic.hand_coded_optimizations(k.copy()))
+
+
+def _decompose(sink: UOp, renderer: Renderer) -> UOp:
+    try:
+        decompositions = importlib.import_module("tinycore.codegen.decompositions")
+    except ModuleNotFoundError as error:
+        if error.name == "tinycore.codegen.decompositions":
+            return sink
+        raise
+    decomposition_rules = decompositions.decomposition_rules
+    from tinycore.uop.patterns import graph_rewrite
+
+    return graph_rewrite(sink, decomposition_rules(frozenset(renderer.native_ops)), name="decompositions")
+
+
+def _keep_all_buffer_args(uops: list[UOp], ast: UOp | None) -> list[UOp]:
+    """`uops` with a `DEFINE_GLOBAL` for every buffer argument of `ast`, in argument order, first.
+
+    A load can fold away (a PAD of an empty buffer, `x*0`), but the schedule still binds one buffer per argument of
+    the AST, so the program's signature must keep every argument even when the kernel no longer reads it.
+    """
+    from tinycore.uop.ops import Ops
+
+    if ast is None:
+        return uops
+    present = {u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL}
+    missing = [u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u.arg not in present]
+    if not missing:
+        return uops
+    defines = sorted([u for u in uops if u.op is Ops.DEFINE_GLOBAL] + missing, key=lambda u: u.arg)
+    return defines + [u for u in uops if u.op is not Ops.DEFINE_GLOBAL]
+
+
+def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
+    """The lowered kernel of `ast` as a `Kernel` (no optimization applied yet): the optimizer's entry point."""
+    from tinycore.codegen.lowerer import lower_ast
+
+    k = Kernel(lower_ast(ast), renderer)
+    k.ast = ast
+    return k
+
+
+def _check_bounds(sink: UOp) -> None:
+    from tinycore.dtype import AddrSpace, PtrDType
+    from tinycore.uop.ops import Ops
+
+    for u in sink.toposort():
+        if u.op is Ops.INDEX and len(u.src) == 2 and isinstance(u.src[0].dtype, PtrDType):
+            size = u.src[0].dtype.size
+            if u.src[0].dtype.addrspace is AddrSpace.GLOBAL and size >= 0:
+                idx = u.src[1]
+                if idx.vmin < 0 or idx.vmax >= size:
+                    raise IndexError(
+                        f"index {idx.render()} of buffer {u.src[0].arg} can be out of bounds "
+                        f"[{idx.vmin}, {idx.vmax}] for size {size}"
+                    )
+
+
+def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
+    """Lower, optimize (with `opts`, or the default heuristics when None) and linearize the kernel AST `ast` (a
+    SINK of STOREs, docs/pipeline.md §2) for `renderer`. The caller renders and compiles the result
+    (`CompiledRunner`). Raises `KernelOptError` when an opt doesn't apply, `LoweringError` for a malformed AST."""
+    k = get_kernel(ast, renderer)
+    k.apply_opts(_default_opts(k) if opts is None else list(opts))
+    return program_from_kernel(k)
+
+
+def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
+    """The `ProgramSpec` of an optimized `Kernel` (its opts already applied): the second half of `get_program`.
+    `name` overrides the display name (default: the kernel's name, made unique per AST)."""
+    from tinycore.codegen.estimates import estimate
+    from tinycore.codegen.linearize import linearize
+    from tinycore.helpers import DEBUG, IGNORE_OOB, SPEC
+    from tinycore.renderer import ProgramSpec
+    from tinycore.uop.ops import Ops, print_uops
+    from tinycore.uop.symbolic import lower_index_dtype
+
+    renderer = k.renderer
+    assert renderer is not None, "program_from_kernel needs a Kernel with a renderer"
+    if name is None:
+        name = _unique_name(k.name, k.ast if k.ast is not None else k.base_sink)
+    sink = _decompose(k.get_optimized_sink(), renderer)
+    if not IGNORE_OOB:
+        _check_bounds(sink)
+    estimates = estimate(sink, k.global_size, k.local_size)
+    uops = _keep_all_buffer_args(linearize(lower_index_dtype(sink)), k.ast)
+    if SPEC >= 1:
+        from tinycore.uop.spec import type_verify
+
+        type_verify(uops, "program", pass_name="linearize")
+    if DEBUG >= 6:
+        print_uops(uops)
+    ins = sorted(
+        {
+            u.src[0].src[0].arg
+            for u in uops
+            if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL
+        }
+    )
+    outs = sorted(
+        {
+            u.src[0].src[0].arg
+            for u in uops
+            if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL
+        }
+    )
+    return ProgramSpec(
+        name,
+        uops,
+        renderer.device,
+        global_size=k.global_size,
+        local_size=k.local_size,
+        vars=[u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR],
+        ins=ins,
+        outs=outs,
+        estimates=estimates,
+    )

@@ -1,5 +1,9 @@
-"""The ``PYTHON`` reference device: host memory, a serializing renderer and compiler, and (in a later issue) a
-numpy interpreter of linearized UOp programs with GPU semantics.
+"""The ``PYTHON`` reference device: host memory, a serializing renderer and compiler, and a numpy interpreter of
+linearized UOp programs with GPU semantics (`tinycore.runtime.python_interpreter`).
+
+`PythonRenderer.native_ops` is every ALU op by default; the ``PYTHON_NATIVE_OPS`` ContextVar narrows it so tests
+can run the decomposition passes end to end: ``basic`` (no transcendentals, no RECIP/POW/IDIV/MOD/MULACC) or a
+comma-separated list of op names.
 
 ``PythonDevice("PYTHON")`` and ``PythonDevice("PYTHON:1")`` are separate devices with separate memory.
 
@@ -14,13 +18,17 @@ from __future__ import annotations
 import base64
 import binascii
 import pickle
+import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinycore.device import BufferSpec, Compiled, LRUAllocator
+from tinycore.dtype import dtypes
 from tinycore.engine.graph import SequentialGraphRunner
-from tinycore.renderer import Renderer
+from tinycore.helpers import ContextVar
+from tinycore.renderer import Renderer, TensorCore
 from tinycore.runtime.compiler import Compiler
 from tinycore.runtime.python_plugin import FAMILY, python_capabilities
 
@@ -61,6 +69,55 @@ class PythonAllocator(LRUAllocator):
         return opaque
 
 
+PYTHON_NATIVE_OPS = ContextVar("PYTHON_NATIVE_OPS", "")  # "" / "all", "basic", or "ADD,MUL,..."
+
+ALL_NATIVE_OPS = frozenset(
+    {
+        "EXP2", "LOG2", "SIN", "SQRT", "RECIP", "NEG", "TRUNC", "ADD", "SUB", "MUL", "FDIV", "IDIV", "MOD", "MAX",
+        "CMPLT", "CMPNE", "CMPEQ", "AND", "OR", "XOR", "SHL", "SHR", "POW", "THREEFRY", "WHERE", "MULACC",
+    }
+)  # fmt: skip
+BASIC_NATIVE_OPS = frozenset(
+    {
+        "ADD",
+        "SUB",
+        "MUL",
+        "NEG",
+        "MAX",
+        "CMPLT",
+        "CMPNE",
+        "CMPEQ",
+        "WHERE",
+        "AND",
+        "OR",
+        "XOR",
+        "SHL",
+        "SHR",
+        "FDIV",
+        "TRUNC",
+    }
+)
+
+
+def _native_ops() -> frozenset[str]:
+    choice = str(PYTHON_NATIVE_OPS.value).strip()
+    if choice in ("", "all", "ALL"):
+        return ALL_NATIVE_OPS
+    if choice.lower() == "basic":
+        return BASIC_NATIVE_OPS
+    return frozenset(name.strip().upper() for name in choice.split(",") if name.strip())
+
+
+# Tensor cores the interpreter emulates (for testing WMMA code generation): 4 lanes compute a 4x4x4 product.
+# Lane t holds row t of A, column t of B and column t of C/D.
+PYTHON_TENSOR_CORES = [
+    TensorCore.from_maps(
+        (4, 4, 4), 4, din, dtypes.float, a=lambda t, i: (t, i), b=lambda t, i: (i, t), c=lambda t, i: (i, t)
+    )
+    for din in (dtypes.float, dtypes.half)
+]
+
+
 class PythonRenderer(Renderer):
     """Serializes a linearized program for the interpreter: a base64 pickle of one tuple per UOp,
     ``(op, dtype, source positions, arg)``, with sources referring to earlier positions in the list."""
@@ -73,13 +130,12 @@ class PythonRenderer(Renderer):
     global_max = (0x8FFFFFFF,) * 3
     local_max = (1024, 1024, 64)
     shared_max = 65536
-    # names of Ops the interpreter executes directly; core decomposes the others
-    native_ops = frozenset(
-        {
-            "ADD", "SUB", "MUL", "IDIV", "MOD", "FDIV", "MAX", "NEG", "RECIPROCAL", "SQRT", "EXP2", "LOG2", "SIN",
-            "TRUNC", "CMPLT", "CMPNE", "CMPEQ", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "MULACC",
-        }
-    )  # fmt: skip
+    tensor_cores = PYTHON_TENSOR_CORES
+
+    @property  # type: ignore[override]
+    def native_ops(self) -> frozenset[str]:
+        """Names of Ops the interpreter takes directly (all of them, unless ``PYTHON_NATIVE_OPS`` narrows it)."""
+        return _native_ops()
 
     def __init__(self, arch: str | None = None):
         self.arch = arch
@@ -124,11 +180,38 @@ class PythonCompiler(Compiler):
         return lib
 
 
+_INTERPRETERS: OrderedDict[tuple[bytes, str], Any] = OrderedDict()  # documented cache: decoded programs
+
+
+def _interpreter(lib: bytes, name: str) -> Any:
+    key = (lib, name)
+    interp = _INTERPRETERS.get(key)
+    if interp is None:
+        from tinycore.runtime.python_interpreter import Interpreter, InterpreterError
+
+        try:
+            program = decode_program(lib)
+        except Exception as error:
+            raise InterpreterError(f"kernel {name}: not a PYTHON program ({type(error).__name__}: {error})") from error
+        interp = Interpreter(program, name, PYTHON_TENSOR_CORES)
+        _INTERPRETERS[key] = interp
+        if len(_INTERPRETERS) > 512:
+            _INTERPRETERS.popitem(last=False)
+    else:
+        _INTERPRETERS.move_to_end(key)
+    return interp
+
+
 class PythonProgram:
-    """A loaded PYTHON program. Executing it comes with the interpreter (the scheduler issue)."""
+    """A loaded PYTHON program: `lib` (the pickled uops of `PythonCompiler`) run by the numpy interpreter.
+
+    Translated on first call (and cached per `lib`); see `tinycore.runtime.python_interpreter.Interpreter` for the
+    execution model and the checks (bounds, shared-memory races, poison).
+    """
 
     def __init__(self, device: Compiled, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
+        self._interp: Any = None
 
     def __call__(
         self,
@@ -138,8 +221,12 @@ class PythonProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        """Run the program (not yet available)."""
-        raise NotImplementedError("the PYTHON interpreter comes with the scheduler issue")
+        """Run the program on `bufs` (flat memoryviews in argument order); with `wait`, return seconds."""
+        start = time.perf_counter()
+        if self._interp is None:
+            self._interp = _interpreter(self.lib, self.name)
+        self._interp(bufs, global_size, local_size, vals)
+        return time.perf_counter() - start if wait else None
 
 
 class PythonDevice(Compiled):

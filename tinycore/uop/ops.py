@@ -591,7 +591,9 @@ class UOp:
     def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
         """Every node reachable through `src` (self included), sources before users, as an ordered dict.
 
-        Iterative (no recursion limit); cached on the node when `gate` is None, so don't mutate the result.
+        Iterative (no recursion limit). With `gate` None the ancestors are cached on the node (without the node
+        itself: a cache holding its own node would be a reference cycle that keeps whole graphs, and the buffers
+        they reach, alive until the garbage collector runs); each call returns a fresh dict.
         `gate(node)` returning False keeps the node but doesn't descend into its sources.
 
         >>> x = UOp.variable("x", 0, 3)
@@ -599,10 +601,22 @@ class UOp:
         [Ops.DEFINE_VAR, Ops.CONST, Ops.ADD]
         """
         if gate is None:
-            try:
-                return self._topo
-            except AttributeError:
-                pass
+            out = self._ancestors().copy()
+            out[self] = None
+            return out
+        return self._walk(gate)
+
+    def _ancestors(self) -> dict[UOp, None]:
+        """Cached ancestors of this node (self excluded), sources first; callers must not mutate it."""
+        try:
+            return self._topo
+        except AttributeError:
+            ancestors = self._walk(None)
+            del ancestors[self]
+            object.__setattr__(self, "_topo", ancestors)
+            return ancestors
+
+    def _walk(self, gate: Callable[[UOp], bool] | None) -> dict[UOp, None]:
         out: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
@@ -617,8 +631,6 @@ class UOp:
                 for s in reversed(node.src):
                     if s not in out:
                         stack.append((s, False))
-        if gate is None:
-            object.__setattr__(self, "_topo", out)
         return out
 
     @property
@@ -634,7 +646,7 @@ class UOp:
         >>> list((x + x).parents) == [x]
         True
         """
-        return {u: None for u in self.toposort() if u is not self}
+        return self._ancestors().copy()
 
     @property
     def depth(self) -> int:

@@ -1,4 +1,5 @@
-"""Tests of the tinycore-clang distribution: registration, probe, metadata, light import, core integration."""
+"""Tests of the tinycore-clang distribution: registration, probe, capabilities, metadata, light import, core
+integration."""
 
 from __future__ import annotations
 
@@ -23,10 +24,14 @@ class RecordingRegistry:
         self.calls = []
 
     def register(self, name, *, priority, aliases=(), api_version=(1, 0), factory=None):
-        self.calls.append(dict(name=name, priority=priority, aliases=tuple(aliases), api_version=api_version))
+        """Record one registration."""
+        self.calls.append(
+            dict(name=name, priority=priority, aliases=tuple(aliases), api_version=api_version, factory=factory)
+        )
 
 
 def installed_or_skip():
+    """The installed distribution's metadata (skips when it is not installed)."""
     try:
         return md.distribution(DIST)
     except md.PackageNotFoundError:
@@ -34,6 +39,7 @@ def installed_or_skip():
 
 
 def run_python(code):
+    """Run `code` in a fresh interpreter."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
@@ -45,6 +51,7 @@ def test_registers_clang_above_python():
     assert call["priority"] > 0  # PYTHON registers at 0
     assert call["aliases"] == ("CPU",)
     assert call["api_version"] == plugin.TINYCORE_PLUGIN_API
+    assert call["factory"] == "tinycore_clang.device:ClangDevice"
 
 
 def test_plugin_api_is_compatible_with_core():
@@ -52,13 +59,43 @@ def test_plugin_api_is_compatible_with_core():
     assert major == PLUGIN_API_VERSION[0] and minor <= PLUGIN_API_VERSION[1]
 
 
-def test_probe_reports_not_implemented_and_ignores_other_names():
+def test_probe_is_ok_with_a_compiler_and_ignores_other_names(monkeypatch):
+    from tinycore_clang import toolchain
+
+    monkeypatch.delenv("CC", raising=False)
     result = plugin.tinycore_probe_device(name="CLANG")
     assert isinstance(result, ProbeResult)
-    assert not result.ok and result.reason == "not implemented yet" and "DEV=" in result.hint
+    assert result.ok == toolchain.find_compiler().ok
+    if result.ok:
+        assert result.device_count >= 2  # virtual devices CLANG, CLANG:1, ...
     assert plugin.tinycore_probe_device(name="SOMETHING_ELSE") is None
     assert plugin.tinycore_report_info(name="SOMETHING_ELSE") is None
+    assert plugin.tinycore_device_capabilities(name="SOMETHING_ELSE") is None
     assert plugin.tinycore_report_info(name="CLANG")[DIST] == tinycore_clang.__version__
+
+
+def test_probe_names_a_missing_cc_and_the_fix(monkeypatch):
+    monkeypatch.setenv("CC", "/surely/not/a/compiler")
+    result = plugin.tinycore_probe_device(name="CLANG")
+    assert not result.ok and result.device_count == 0
+    assert "CC=/surely/not/a/compiler" in result.reason
+    assert "apt-get install clang" in result.hint and "CC=" in result.hint
+
+
+def test_capabilities_declare_every_dtype_and_threads():
+    from tinycore.dtype import ALL_SCALARS
+
+    caps = plugin.tinycore_device_capabilities(name="CLANG")
+    assert caps.dtypes == frozenset(ALL_SCALARS)
+    assert {"threads", "transfer", "views", "zero_copy"} <= caps.features and caps.limits["threads"] >= 1
+
+
+def test_doctor_check_is_installed_once():
+    from tinycore.cli import DOCTOR_CHECKS
+
+    plugin._install_doctor_check()
+    plugin._install_doctor_check()
+    assert [c.name for c in DOCTOR_CHECKS].count(plugin.DOCTOR_CHECK_NAME) == 1
 
 
 def test_distribution_metadata_declares_entry_point_and_core_range():
@@ -82,20 +119,17 @@ def test_entry_module_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_core_reports_clang_unavailable_with_reason():
+def test_core_opens_clang_when_a_compiler_exists():
     installed_or_skip()
-    code = (
-        "from tinycore.plugin.registry import Device\n"
-        "from tinycore.errors import DeviceUnavailableError\n"
-        "try:\n    Device['clang']\n"
-        "except DeviceUnavailableError as e:\n    print('ERR', e.device, e.distribution, '|', e.reason, '|', e.fix)\n"
-        "try:\n    print('DEFAULT', Device.DEFAULT)\n"
-        "except DeviceUnavailableError as e:\n    print('NO DEFAULT', e.reason)"
+    from tinycore_clang import toolchain
+
+    if not toolchain.find_compiler().ok:
+        pytest.skip("no C compiler (clang, gcc or cc) on PATH")
+    out = run_python(
+        "from tinycore.plugin.registry import Device; d = Device['clang']; print(type(d).__name__, d.device)"
     )
-    out = run_python(code)
     assert out.returncode == 0, out.stderr
-    assert f"ERR CLANG {DIST} | not implemented yet | use another device" in out.stdout
-    assert "DEFAULT CLANG" not in out.stdout  # an unfinished device never becomes the default
+    assert out.stdout.strip() == "ClangDevice CLANG"
 
 
 def test_alias_resolves_to_clang_through_core():

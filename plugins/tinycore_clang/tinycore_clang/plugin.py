@@ -1,44 +1,140 @@
 """Entry module of the ``CLANG`` device (entry point ``CLANG = "tinycore_clang.plugin"``, group ``tinycore.devices``).
 
-Light by contract: it imports only ``tinycore.plugin``. Until the CLANG device is implemented it registers the name
-and answers its probe with ``not implemented yet``, so an installed CLANG never becomes the default device.
+Light by contract: importing it imports only ``tinycore.plugin`` and the stdlib-only `tinycore_clang.toolchain`.
+The device, renderer, compiler and runtime modules are imported when a device is opened or a compile target is
+requested. The probe only looks at ``CC`` and ``PATH``.
+
+CLANG devices are virtual: ``CLANG:0`` .. ``CLANG:7`` are independent devices with their own memory (all on the
+host CPU), which is what multi-device code and its tests need on one machine.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from tinycore.plugin import ProbeResult, hookimpl
-from tinycore_clang import __version__
+from tinycore.plugin import DeviceCapabilities, ProbeResult, hookimpl
+from tinycore_clang import __version__, toolchain
+
+if TYPE_CHECKING:
+    from tinycore.device import Compiled
+    from tinycore.renderer import Renderer
+    from tinycore.runtime.compiler import Compiler
 
 TINYCORE_PLUGIN_API = (1, 0)
 DEVICE = "CLANG"
 PRIORITY = 10
 DISTRIBUTION = "tinycore-clang"
+VIRTUAL_DEVICE_COUNT = 8
+DOCTOR_CHECK_NAME = "clang kernel"
+
+
+def _is_clang(name: str) -> bool:
+    return name.upper().partition(":")[0] == DEVICE
+
+
+def _install_doctor_check() -> None:
+    """Add the CLANG kernel smoke test to ``tinycore doctor`` (once per process; it skips other devices).
+
+    Called when a CLANG device is opened in a process that runs the doctor (``tinycore.cli`` already imported), so
+    the checks of other devices are unchanged unless CLANG is being checked too.
+    """
+    try:
+        from tinycore.cli import DOCTOR_CHECKS, DoctorCheck, add_doctor_check
+    except ImportError:  # an older core without the doctor API
+        return
+    if any(check.name == DOCTOR_CHECK_NAME for check in DOCTOR_CHECKS):
+        return
+
+    def run(ctx: Any) -> str:
+        """The check itself (imports the smoke test lazily)."""
+        from tinycore_clang.doctor import smoke_test
+
+        return smoke_test(ctx)
+
+    after = "alloc/copy" if any(check.name == "alloc/copy" for check in DOCTOR_CHECKS) else None
+    add_doctor_check(DoctorCheck(DOCTOR_CHECK_NAME, run), after=after)
 
 
 @hookimpl
 def tinycore_register_devices(registry: Any) -> None:
-    """Register ``CLANG`` with alias ``CPU`` (no factory yet: nothing can be opened)."""
-    registry.register(DEVICE, priority=PRIORITY, aliases=("CPU",), api_version=TINYCORE_PLUGIN_API)
+    """Register ``CLANG`` (alias ``CPU``) at priority 10 with its lazy factory."""
+    registry.register(
+        DEVICE,
+        priority=PRIORITY,
+        aliases=("CPU",),
+        api_version=TINYCORE_PLUGIN_API,
+        factory="tinycore_clang.device:ClangDevice",
+    )
 
 
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
-    """Not usable yet: ``ok=False`` with reason ``not implemented yet``; None for other devices' names."""
-    if name != DEVICE:
+    """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``); never raises."""
+    if not _is_clang(name):
         return None
-    return ProbeResult(
-        ok=False,
-        reason="not implemented yet",
-        hint=f"use another device (e.g. DEV=PYTHON) until {DISTRIBUTION} implements {DEVICE}",
-        device_count=0,
+    try:
+        choice = toolchain.find_compiler()
+    except Exception as error:  # a probe must never raise
+        return ProbeResult(ok=False, reason=f"compiler lookup failed: {error}", hint=toolchain.INSTALL_HINT)
+    if not choice.ok:
+        return ProbeResult(ok=False, reason=choice.reason, hint=toolchain.INSTALL_HINT, device_count=0)
+    return ProbeResult(ok=True, device_count=VIRTUAL_DEVICE_COUNT)
+
+
+@hookimpl
+def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
+    """Build ``CLANG`` (ordinal 0) or ``CLANG:n``."""
+    if not _is_clang(name):
+        return None
+    if "tinycore.cli" in sys.modules:  # `tinycore doctor`: add the kernel smoke test
+        _install_doctor_check()
+    from tinycore_clang.device import ClangDevice
+
+    return ClangDevice(DEVICE if ordinal == 0 else f"{DEVICE}:{ordinal}")
+
+
+@hookimpl
+def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
+    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``)."""
+    if not _is_clang(name):
+        return None
+    from tinycore_clang.compiler import ClangCompiler
+    from tinycore_clang.renderer import ClangRenderer
+
+    return ClangRenderer(arch), ClangCompiler(arch=arch)
+
+
+@hookimpl
+def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
+    """Every scalar dtype, vector types, views, zero-copy, transfers, native threads."""
+    if not _is_clang(name):
+        return None
+    from tinycore.dtype import ALL_SCALARS
+
+    return DeviceCapabilities(
+        dtypes=frozenset(ALL_SCALARS),
+        features=frozenset({"float4", "multi_device", "transfer", "views", "zero_copy", "threads"}),
+        limits={"threads": toolchain.default_thread_count()},
     )
 
 
 @hookimpl
 def tinycore_report_info(name: str) -> dict[str, str] | None:
-    """Version facts for ``tinycore plugins -v`` and ``tinycore doctor``."""
-    if name != DEVICE:
+    """Compiler, its version, CPU model and the vector features that matter, thread count; never raises."""
+    if not _is_clang(name):
         return None
-    return {DISTRIBUTION: __version__, "clang status": "registration only"}
+    info = {DISTRIBUTION: __version__}
+    try:
+        choice = toolchain.find_compiler()
+        info["compiler"] = f"{choice.path} (from {choice.source})" if choice.ok else f"none: {choice.reason}"
+        if choice.ok and choice.path:
+            info["compiler version"] = toolchain.compiler_version(choice.path) or "unknown"
+        info["cpu"] = toolchain.cpu_model() or "unknown"
+        flags = set(toolchain.cpuinfo_flags().split())
+        wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512fp16")
+        info["cpu features"] = " ".join(f for f in wanted if f in flags) or "unknown"
+        info["threads"] = str(toolchain.default_thread_count())
+    except Exception as error:  # never raise from an info hook
+        info["error"] = f"{type(error).__name__}: {error}"
+    return info

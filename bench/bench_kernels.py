@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Kernel-quality benchmark: single kernels built as kernel ASTs, optimized by the heuristics (or BEAM), run on a
+compiled device, compared with numpy (and torch when installed) measured in the same run.
+
+Usage:
+    python bench/bench_kernels.py [--device CLANG] [--only matmul_512,sum_16M] [--beam 2] [--noopt] [--reps 10]
+
+Workloads (float32):
+
+- ``matmul_512`` / ``matmul_1024``: ``C = A @ B`` as one kernel (GFLOPS, 2*n^3 flops);
+- ``sum_16M``: the sum of 16M floats into one value (GB/s of input read);
+- ``elementwise_16M``: ``a*b + a`` (GB/s of 3 arrays moved);
+- ``softmax_4096``: softmax over the rows of a 4096 x 4096 matrix as three kernels (row max, row sum of exp, divide;
+  GB/s of input + output).
+
+Each kernel is compiled once, run twice as warm-up, then timed `--reps` times with ``Program(..., wait=True)``;
+the table shows the median. Results are checked against numpy (float64 reference). numpy/torch use their own
+default thread counts. Benchmarks are never run as timed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tinycore.codegen import Opt, get_kernel, get_program  # noqa: E402
+from tinycore.device import Buffer, Device  # noqa: E402
+from tinycore.dtype import dtypes  # noqa: E402
+from tinycore.engine.exec_item import CompiledRunner  # noqa: E402
+from tinycore.helpers import Context  # noqa: E402
+from tinycore.uop.ops import Ops, UOp  # noqa: E402
+
+F32 = dtypes.float
+
+
+def _load(arg: int, size: int) -> UOp:
+    return UOp(Ops.LOAD, F32, (UOp.define_global(arg, F32, size),))
+
+
+def matmul_ast(n: int) -> UOp:
+    """``out[i, j] = sum_k a[i, k] * b[k, j]`` for n x n matrices (buffers: out, a, b)."""
+    a = _load(1, n * n).reshape((n, n, 1)).expand((n, n, n))
+    b = _load(2, n * n).reshape((1, n, n)).expand((n, n, n))
+    return UOp.sink(UOp.define_global(0, F32, n * n).reshape((n, 1, n)).store((a * b).r(Ops.ADD, (1,))))
+
+
+def sum_ast(n: int) -> UOp:
+    """``out[0] = sum(a)`` (buffers: out, a)."""
+    return UOp.sink(UOp.define_global(0, F32, 1).reshape((1,)).store(_load(1, n).r(Ops.ADD, (0,))))
+
+
+def elementwise_ast(n: int) -> UOp:
+    """``out = a * b + a`` (buffers: out, a, b)."""
+    a, b = _load(1, n), _load(2, n)
+    return UOp.sink(UOp.define_global(0, F32, n).store(a * b + a))
+
+
+def softmax_asts(rows: int, cols: int) -> list[UOp]:
+    """Three kernels: ``m = max(x, 1)``, ``s = sum(exp(x - m), 1)``, ``out = exp(x - m) / s``.
+    Buffers: (m, x), (s, x, m), (out, x, m, s)."""
+    log2e = 1.0 / math.log(2.0)
+
+    def x() -> UOp:
+        return _load(1, rows * cols).reshape((rows, cols))
+
+    def col(arg: int) -> UOp:
+        return _load(arg, rows).reshape((rows, 1)).expand((rows, cols))
+
+    def exp_shifted() -> UOp:
+        return UOp(Ops.EXP2, F32, ((x() - col(2)) * UOp.const(F32, log2e).reshape((1, 1)).expand((rows, cols)),))
+
+    k_max = UOp.sink(UOp.define_global(0, F32, rows).reshape((rows, 1)).store(x().r(Ops.MAX, (1,))))
+    k_sum = UOp.sink(UOp.define_global(0, F32, rows).reshape((rows, 1)).store(exp_shifted().r(Ops.ADD, (1,))))
+    k_div = UOp.sink(UOp.define_global(0, F32, rows * cols).reshape((rows, cols)).store(exp_shifted() / col(3)))
+    return [k_max, k_sum, k_div]
+
+
+@dataclass
+class Workload:
+    """One benchmark: kernel ASTs with their buffer lists, a numpy reference, and the amount of work."""
+
+    name: str
+    unit: str  # "GFLOPS" or "GB/s"
+    work: float  # flops or bytes
+    kernels: list[tuple[UOp, list[int]]]  # (ast, buffer slots): slot i of the workload's arrays
+    arrays: list[np.ndarray]  # inputs (and zeroed outputs), by slot
+    out_slot: int
+    reference: Callable[[list[np.ndarray]], np.ndarray]
+    peer_numpy: Callable[[list[np.ndarray]], object]
+    peer_torch: Callable[[list[object]], object] | None = None
+
+
+def workloads(only: set[str] | None) -> list[Workload]:
+    """The benchmark list (random inputs, fixed seed)."""
+    rng = np.random.default_rng(0)
+    out: list[Workload] = []
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
+    for n in (512, 1024):
+        if want(f"matmul_{n}"):
+            a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+            out.append(
+                Workload(
+                    f"matmul_{n}", "GFLOPS", 2.0 * n**3, [(matmul_ast(n), [0, 1, 2])],
+                    [np.zeros(n * n, np.float32), a.ravel(), b.ravel()], 0,
+                    lambda arr, n=n: (arr[1].reshape(n, n).astype(np.float64) @ arr[2].reshape(n, n)).ravel(),
+                    lambda arr, n=n: arr[1].reshape(n, n) @ arr[2].reshape(n, n),
+                    lambda t, n=n: t[1].reshape(n, n) @ t[2].reshape(n, n),
+                )
+            )  # fmt: skip
+    n = 1 << 24
+    if want("sum_16M"):
+        a = rng.standard_normal(n, np.float32)
+        out.append(
+            Workload(
+                "sum_16M", "GB/s", 4.0 * n, [(sum_ast(n), [0, 1])], [np.zeros(1, np.float32), a], 0,
+                lambda arr: np.array([arr[1].astype(np.float64).sum()]),
+                lambda arr: arr[1].sum(),
+                lambda t: t[1].sum(),
+            )
+        )  # fmt: skip
+    if want("elementwise_16M"):
+        a, b = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+        out.append(
+            Workload(
+                "elementwise_16M", "GB/s", 12.0 * n, [(elementwise_ast(n), [0, 1, 2])],
+                [np.zeros(n, np.float32), a, b], 0,
+                lambda arr: arr[1].astype(np.float64) * arr[2] + arr[1],
+                lambda arr: arr[1] * arr[2] + arr[1],
+                lambda t: t[1] * t[2] + t[1],
+            )
+        )  # fmt: skip
+    if want("softmax_4096"):
+        r = c = 4096
+        x = rng.standard_normal(r * c, np.float32)
+        k_max, k_sum, k_div = softmax_asts(r, c)
+
+        def ref(arr: list[np.ndarray]) -> np.ndarray:
+            e = np.exp(arr[1].reshape(r, c).astype(np.float64) - arr[1].reshape(r, c).max(1, keepdims=True))
+            return (e / e.sum(1, keepdims=True)).ravel()
+
+        def np_softmax(arr: list[np.ndarray]) -> np.ndarray:
+            xx = arr[1].reshape(r, c)
+            e = np.exp(xx - xx.max(1, keepdims=True))
+            return e / e.sum(1, keepdims=True)
+
+        out.append(
+            Workload(
+                "softmax_4096", "GB/s", 8.0 * r * c,
+                [(k_max, [2, 1]), (k_sum, [3, 1, 2]), (k_div, [0, 1, 2, 3])],
+                [np.zeros(r * c, np.float32), x, np.zeros(r, np.float32), np.zeros(r, np.float32)], 0,
+                ref, np_softmax, lambda t: t[1].reshape(r, c).softmax(1),
+            )
+        )  # fmt: skip
+    return out
+
+
+def time_calls(fn: Callable[[], object], reps: int) -> float:
+    """Median seconds of `reps` calls after two warm-up calls."""
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_tinycore(w: Workload, device: str, reps: int, opts: list[Opt] | None) -> tuple[float, bool, list[str]]:
+    """Compile and time the workload's kernels; returns (median seconds, result ok, kernel names + opts)."""
+    dev = Device[device]
+    bufs = [Buffer(device, a.size, F32).copyin(np.ascontiguousarray(a).tobytes()) for a in w.arrays]
+    runners = []
+    names = []
+    for ast, slots in w.kernels:
+        p = get_program(ast, dev.renderer, opts)
+        k = get_kernel(ast, dev.renderer)
+        runners.append((CompiledRunner(p), [bufs[s] for s in slots]))
+        names.append(f"{p.name} gs={tuple(p.global_size)}")
+        del k
+
+    def call() -> None:
+        for runner, rb in runners:
+            runner(rb, {}, wait=True)
+
+    seconds = time_calls(call, reps)
+    got = bufs[w.out_slot].numpy().astype(np.float64)
+    want = w.reference([np.asarray(a) for a in w.arrays])
+    ok = bool(np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))))
+    return seconds, ok, names
+
+
+def main() -> None:
+    """Parse arguments, run every workload on tinycore and its peers, print a markdown table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="CLANG")
+    ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--beam", type=int, default=0, help="BEAM width (0: the heuristics)")
+    ap.add_argument("--noopt", action="store_true", help="also time the unoptimized kernels")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    rows = []
+    for w in workloads(only):
+        row: dict[str, object] = {"name": w.name, "unit": w.unit}
+        with Context(BEAM=args.beam):
+            sec, ok, names = run_tinycore(w, args.device, args.reps, None)
+        row["tinycore"], row["ok"], row["kernels"] = w.work / sec / 1e9, ok, names
+        if args.noopt:
+            with Context(NOOPT=1):
+                sec0, _, _ = run_tinycore(w, args.device, max(2, args.reps // 4), None)
+            row["noopt"] = w.work / sec0 / 1e9
+        row["numpy"] = w.work / time_calls(lambda w=w: w.peer_numpy(w.arrays), args.reps) / 1e9
+        if torch is not None and w.peer_torch is not None:
+            tensors = [torch.from_numpy(np.asarray(a)) for a in w.arrays]
+            row["torch"] = w.work / time_calls(lambda w=w, t=tensors: w.peer_torch(t), args.reps) / 1e9
+        rows.append(row)
+        print(
+            f"{w.name:16s} {row['tinycore']:8.2f} {w.unit:6s} ok={ok} numpy {row['numpy']:8.2f}"
+            + (f" torch {row['torch']:8.2f}" if "torch" in row else "")
+            + (f" noopt {row['noopt']:8.2f}" if "noopt" in row else "")
+            + f"   {'; '.join(names)}",
+            flush=True,
+        )
+    label = f"BEAM={args.beam}" if args.beam else "heuristic"
+    print(f"\n| workload | unit | tinycore ({label}) | numpy | torch | vs numpy | vs torch | ok |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        t, n = float(r["tinycore"]), float(r["numpy"])  # type: ignore[arg-type]
+        tt = r.get("torch")
+        torch_cells = f"{float(tt):.2f} | {t / float(tt):.2f}x" if tt else "- | -"  # type: ignore[arg-type]
+        print(
+            f"| {r['name']} | {r['unit']} | {t:.2f} | {n:.2f} | {torch_cells.split(' | ')[0]} | {t / n:.2f}x | "
+            f"{torch_cells.split(' | ')[1]} | {r['ok']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Fixtures of the tinycore-clang tests: a private disk cache for the session, a CLANG device opened directly, and a
+`tinycore_clang.testing.Runner` on it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+tinycore_clang = pytest.importorskip(
+    "tinycore_clang", reason="tinycore-clang is not installed (pip install -e plugins/tinycore_clang)"
+)
+from tinycore_clang import toolchain  # noqa: E402
+
+NO_COMPILER = "no C compiler (clang, gcc or cc) on PATH"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Every test session compiles into its own disk cache, never the user's."""
+    folder = tmp_path_factory.mktemp("tinycore-cache")
+    old = os.environ.get("TINYCORE_CACHE_DIR")
+    os.environ["TINYCORE_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("TINYCORE_CACHE_DIR", None)
+    else:
+        os.environ["TINYCORE_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def clang():
+    """A CLANG device opened directly (skips when no C compiler is installed)."""
+    if not toolchain.find_compiler().ok:
+        pytest.skip(NO_COMPILER)
+    from tinycore_clang.device import ClangDevice
+
+    return ClangDevice("CLANG")
+
+
+@pytest.fixture(scope="session")
+def run_uops(clang):
+    """A `tinycore_clang.testing.Runner` on the session's CLANG device."""
+    from tinycore_clang.testing import Runner
+
+    return Runner(clang)

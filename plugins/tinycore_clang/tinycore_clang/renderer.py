@@ -1,0 +1,889 @@
+"""`ClangRenderer`: a linearized UOp program (docs/pipeline.md section 4) to one C translation unit.
+
+The kernel ABI (see also the package README):
+
+- ``void NAME(T0* restrict data0, const T1* restrict data1, ..., int var_n, ..., int core_id)``: buffers in
+  `DEFINE_GLOBAL` index order (``const`` when the kernel never stores to them), then the `DEFINE_VAR` values in the
+  order the program defines them (``int`` for int32 variables, ``long long`` otherwise), then ``int core_id`` only
+  when the program has a ``SPECIAL("core_id")``;
+- ``void NAME_tc(void* const* bufs, const long long* vals, int core_id)``: the same kernel behind one uniform
+  signature, used by the thread pool (`tc_run`) and the graph runner (`tc_run_batch`);
+- ``const char NAME_tc_info[]``: ``"tc1 bufs=N vars=iq cores=C"``; `vars` has one letter per variable (``i``: int,
+  ``q``: long long) and `cores` is the number of core ids (0: not threaded, -1: symbolic, from the launch's
+  ``global_size[0]``).
+
+Semantics (what the reference device computes):
+
+- integers wrap: signed ``ADD SUB MUL NEG SHL`` on values are computed in the unsigned type of the same width; pure
+  index arithmetic (values that only feed addresses, loop bounds and gates) stays signed so the C compiler can use
+  its no-overflow assumptions for addressing and vectorization;
+- ``IDIV``/``MOD`` truncate toward zero like C; dividing by 0 gives 0 and ``MIN / -1`` wraps instead of trapping;
+- shifts by a negative amount or by the bit width or more give 0 (``SHR`` of a negative value gives -1);
+- ``MAX`` propagates NaN from either side and returns the first operand on ties (``max(-0.0, 0.0) == -0.0``);
+- float to int casts go through a 64-bit conversion, so NaN and infinities give 0 and values up to 2**63 wrap
+  modulo the target width; float to ``uint64`` wraps negative values; int64 from NaN is the hardware's pattern;
+- ``float16`` is ``_Float16`` where the compiler has it (gcc >= 12, clang >= 15), clang's storage-only ``__fp16``
+  otherwise, else ``unsigned short`` with software conversions; ``bfloat16`` is ``unsigned short`` with explicit
+  conversions (round to nearest even, NaN stays a quiet NaN). 16-bit float arithmetic is done in float32 and
+  rounded back after each op, which is what native half arithmetic does too;
+- ``MULACC`` is ``fmaf``/``fma`` when the target has FMA instructions, else ``a*b+c``; nothing else is fused
+  (the compiler runs with ``-ffp-contract=off``);
+- constants are exact: floats as hex literals (``0x1.8p+1f``), ``__builtin_inff()``, ``__builtin_nanf("")``.
+
+>>> from tinycore.dtype import dtypes
+>>> ClangRenderer.float_literal(3.0, dtypes.float32), ClangRenderer.float_literal(float("-inf"), dtypes.float32)
+('0x1.8p+1f', '(-__builtin_inff())')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
+from tinycore.renderer import Renderer
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore_clang.toolchain import default_thread_count
+
+ABI_VERSION = 1
+KERNEL_MARKER = "// tinycore-clang kernel "
+
+PRELUDE_HALF = r"""#ifndef TC_HALF_1
+#define TC_HALF_1
+#if defined(__FLT16_MANT_DIG__)
+typedef _Float16 half;
+#define TC_H2F(x) ((float)(x))
+#define TC_F2H(x) ((half)(x))
+#elif defined(__clang__)
+typedef __fp16 half;
+#define TC_H2F(x) ((float)(x))
+#define TC_F2H(x) ((half)(x))
+#else
+typedef unsigned short half;
+static inline float tc_h2f(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+  if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13);
+  else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (man << 13);
+  else if (man == 0) bits = sign;
+  else {
+    exp = 113u; while (!(man & 0x400u)) { man <<= 1; exp--; }
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f; __builtin_memcpy(&f, &bits, 4); return f;
+}
+static inline unsigned short tc_f2h(float f) {
+  unsigned int x; __builtin_memcpy(&x, &f, 4);
+  unsigned int sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (ax < 0x38800000u) {
+    if (ax < 0x33000000u) return (unsigned short)sign;
+    unsigned int e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
+    unsigned int r = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (r & 1u))) r++;
+    return (unsigned short)(sign | r);
+  }
+  unsigned int r = ax + 0xc8000fffu + ((ax >> 13) & 1u);
+  return (unsigned short)(sign | (r >> 13));
+}
+#define TC_H2F(x) tc_h2f(x)
+#define TC_F2H(x) tc_f2h((float)(x))
+#endif
+/* double -> half, correctly rounded: round to odd into float (no helper call, same result on every compiler) */
+static inline float tc_d2f_odd(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    unsigned int u; __builtin_memcpy(&u, &f, 4);
+    if (__builtin_fabs((double)f) > __builtin_fabs(d)) u -= 1u;
+    u |= 1u; __builtin_memcpy(&f, &u, 4);
+  }
+  return f;
+}
+#define TC_D2H(x) TC_F2H(tc_d2f_odd(x))
+#endif
+"""
+PRELUDE_BF16 = r"""#ifndef TC_BF16_1
+#define TC_BF16_1
+typedef unsigned short tc_bf16;
+static inline float tc_bf2f(unsigned short b) {
+  unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+static inline unsigned short tc_f2bf(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+#endif
+"""
+PRELUDE_FMA = r"""#ifndef TC_FMA_1
+#define TC_FMA_1
+#if defined(__FP_FAST_FMAF) || defined(__FMA__)
+#define TC_FMAF(a, b, c) __builtin_fmaf(a, b, c)
+#define TC_FMA(a, b, c) __builtin_fma(a, b, c)
+#else
+#define TC_FMAF(a, b, c) ((a) * (b) + (c))
+#define TC_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+#endif
+"""
+
+# C scalar type names and the names used inside vector typedefs
+_CTYPES: dict[DType, str] = {
+    dtypes.bool: "_Bool",
+    dtypes.int8: "signed char",
+    dtypes.uint8: "unsigned char",
+    dtypes.int16: "short",
+    dtypes.uint16: "unsigned short",
+    dtypes.int32: "int",
+    dtypes.uint32: "unsigned int",
+    dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long",
+    dtypes.float16: "half",
+    dtypes.bfloat16: "tc_bf16",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+    dtypes.index: "long long",
+}
+_VEC_LANE_TYPES: dict[DType, tuple[str, str]] = {  # (typedef name part, lane C type); bool lanes are bytes
+    dtypes.bool: ("bool", "unsigned char"),
+    dtypes.int8: ("char", "signed char"),
+    dtypes.uint8: ("uchar", "unsigned char"),
+    dtypes.int16: ("short", "short"),
+    dtypes.uint16: ("ushort", "unsigned short"),
+    dtypes.int32: ("int", "int"),
+    dtypes.uint32: ("uint", "unsigned int"),
+    dtypes.int64: ("long", "long long"),
+    dtypes.uint64: ("ulong", "unsigned long long"),
+    dtypes.float16: ("half", "half"),
+    dtypes.bfloat16: ("bf16", "tc_bf16"),
+    dtypes.float32: ("float", "float"),
+    dtypes.float64: ("double", "double"),
+    dtypes.index: ("long", "long long"),
+}
+_SIGNED = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.index})
+_HALF_LIKE = frozenset({dtypes.float16, dtypes.bfloat16})
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIMPLE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?|\(?-?[0-9][0-9a-fA-FxXpP.+\-]*(?:u|ll|ull|f)?\)?)$")
+_SYM = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+_NOT_SUPPORTED = {Ops.DEFINE_LOCAL, Ops.WMMA, Ops.UNROLL, Ops.CONTRACT, Ops.REDUCE, Ops.KERNEL}
+
+
+class ClangRenderError(ValueError):
+    """A linearized program the C renderer can't express (names the uop and why)."""
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _c_identifier(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", re.sub(r"\x1b\[[0-9;]*m", "", name))
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
+
+
+class ClangRenderer(Renderer):
+    """C renderer of the CLANG device: one function per kernel, loops for ranges, GCC/clang vector extensions
+    (``__attribute__((vector_size(N)))``) for vector dtypes, ``restrict`` buffers, and exact constants.
+
+    `arch` is the CPU target handed to the compiler (None: ``-march=native``); rendering doesn't depend on it.
+    `threads` is how many CPU threads a ``core_id`` split should use (``THREADS`` or the CPU count). Picklable as
+    ``(family, arch)`` like every renderer.
+
+    >>> r = ClangRenderer()
+    >>> r.has_local, r.has_shared, "SQRT" in r.native_ops, "EXP2" in r.native_ops
+    (False, False, True, False)
+    """
+
+    device = "CLANG"
+    suffix = "CLANG"
+    supports_float4 = True
+    has_local = False
+    has_shared = False
+    has_threads = True
+    global_max = None
+    local_max = None
+    shared_max = 0
+    tensor_cores = []
+    # ALU ops rendered directly (core decomposes the rest: EXP2, LOG2, SIN, POW, THREEFRY). SQRT and TRUNC map to
+    # vectorizable builtins; MULACC to fma where the target has FMA.
+    native_ops = frozenset(
+        {
+            "ADD", "SUB", "MUL", "FDIV", "IDIV", "MOD", "MAX", "NEG", "RECIP", "SQRT", "TRUNC",
+            "CMPLT", "CMPNE", "CMPEQ", "AND", "OR", "XOR", "SHL", "SHR", "WHERE", "MULACC",
+        }
+    )  # fmt: skip
+    supported_dtypes = frozenset(ALL_SCALARS)
+
+    def __init__(self, arch: str | None = None, threads: int | None = None):
+        self.arch = arch
+        self.threads = threads if threads is not None else default_thread_count()
+
+    # ----- public helpers -----
+    @staticmethod
+    def float_literal(value: float, dtype: DType) -> str:
+        """An exact C literal for a float constant of `dtype` (hex floats, builtins for inf and nan).
+
+        16-bit floats give the float32 literal of their value (the caller converts).
+        """
+        is_double = dtype.scalar() == dtypes.float64
+        suffix = "" if is_double else "f"
+        if math.isnan(value):
+            return '__builtin_nan("")' if is_double else '__builtin_nanf("")'
+        if math.isinf(value):
+            inf = "__builtin_inf()" if is_double else "__builtin_inff()"
+            return inf if value > 0 else f"(-{inf})"
+        mantissa, _, exponent = float(value).hex().partition("p")
+        mantissa = mantissa.rstrip("0").rstrip(".")
+        text = f"{mantissa}p{exponent}{suffix}"
+        return f"({text})" if text.startswith("-") else text
+
+    @staticmethod
+    def ctype(dtype: DType) -> str:
+        """The C type of a scalar, vector or pointer dtype as rendered (vectors are ``tc_<lane>x<N>`` typedefs)."""
+        if isinstance(dtype, PtrDType):
+            return f"{ClangRenderer.ctype(dtype.base)}*"
+        if dtype.count > 1:
+            name, _ = _VEC_LANE_TYPES[dtype.scalar()]
+            return f"tc_{name}x{_next_pow2(dtype.count)}"
+        if dtype == dtypes.void:
+            return "void"
+        return _CTYPES[dtype]
+
+    # ----- rendering -----
+    def render(self, uops: list[UOp], name: str | None = None) -> str:
+        """The C source of one kernel. `name` is the function name; without it the name comes from the program's
+        SINK (an arg that is a string or has ``name``/``function_name``), else ``kernel``."""
+        fname = _c_identifier(name or _name_from_uops(uops) or "kernel")
+        return _KernelWriter(uops, fname).write()
+
+
+def _name_from_uops(uops: list[UOp]) -> str | None:
+    for u in reversed(uops):
+        if u.op is Ops.SINK and u.arg is not None:
+            if isinstance(u.arg, str):
+                return u.arg
+            for attr in ("function_name", "name"):
+                value = getattr(u.arg, attr, None)
+                if isinstance(value, str) and value:
+                    return value
+    return None
+
+
+def _unsigned_of(dtype: DType) -> str:
+    return "unsigned long long" if dtype.itemsize == 8 else "unsigned int"
+
+
+def _int_const(value: int, dtype: DType) -> str:
+    scalar = dtype.scalar()
+    value = int(value)
+    if scalar in (dtypes.int64, dtypes.index):
+        return "(-9223372036854775807ll-1)" if value == -(2**63) else (f"({value}ll)" if value < 0 else f"{value}ll")
+    if scalar == dtypes.uint64:
+        return f"{value}ull"
+    if scalar == dtypes.uint32:
+        return f"{value}u"
+    if scalar == dtypes.int32 and value == -(2**31):
+        return "(-2147483647-1)"
+    return f"({value})" if value < 0 else str(value)
+
+
+class _KernelWriter:
+    """Renders one program; `exprs[u]` is the C expression (a variable name or an inlinable expression) of `u`."""
+
+    def __init__(self, uops: list[UOp], name: str):
+        self.uops, self.name = uops, name
+        self.exprs: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.counter = 0
+        self.vec_types: dict[str, str] = {}
+        self.uses: dict[UOp, int] = {}
+        for u in uops:
+            for s in u.src:
+                self.uses[s] = self.uses.get(s, 0) + 1
+        self.index_only = self._index_only_values()
+        self.core_id: UOp | None = None
+
+    # ----- analysis -----
+    def _index_only_values(self) -> set[UOp]:
+        """Integer values whose every use is address/loop/gate arithmetic (they may use signed no-overflow rules)."""
+        users: dict[UOp, list[tuple[UOp, int]]] = {}
+        for u in self.uops:
+            for i, s in enumerate(u.src):
+                users.setdefault(s, []).append((u, i))
+        result: set[UOp] = set()
+        for u in reversed(self.uops):
+            if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.VECTORIZE, Ops.GEP):
+                continue
+            uses = users.get(u, [])
+            if uses and all(self._is_index_use(user, i, result) for user, i in uses):
+                result.add(u)
+        return result
+
+    @staticmethod
+    def _is_index_use(user: UOp, position: int, index_only: set[UOp]) -> bool:
+        if user.op is Ops.INDEX:
+            return position >= 1
+        if user.op in (Ops.RANGE, Ops.SPECIAL, Ops.IF):
+            return True
+        return user in index_only
+
+    # ----- output helpers -----
+    def emit(self, line: str) -> None:
+        """Append one line of C at the current indentation."""
+        self.lines.append("  " * self.depth + line)
+
+    def fresh(self, prefix: str) -> str:
+        """A new variable name with `prefix`."""
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def ctype(self, dtype: DType) -> str:
+        """The C type of `dtype`, registering the vector typedef it needs."""
+        if isinstance(dtype, PtrDType):
+            return f"{self.ctype(dtype.base)}*"
+        if dtype.count > 1:
+            name = ClangRenderer.ctype(dtype)
+            if name not in self.vec_types:
+                _, lane = _VEC_LANE_TYPES[dtype.scalar()]
+                lanes = _next_pow2(dtype.count)
+                size = lanes * dtype.scalar().itemsize
+                self.vec_types[name] = f"typedef {lane} {name} __attribute__((vector_size({size})));"
+            return name
+        return ClangRenderer.ctype(dtype)
+
+    def simple(self, expr: str, dtype: DType) -> str:
+        """`expr` as something cheap to repeat: itself when already a name or literal, else a new variable."""
+        if _SIMPLE.match(expr):
+            return expr
+        var = self.fresh("t")
+        self.emit(f"{self.ctype(dtype)} {var} = {expr};")
+        return var
+
+    def declare(self, u: UOp, expr: str, prefix: str = "val") -> str:
+        """Give `u` a variable initialised with `expr`; returns its name."""
+        var = self.fresh(prefix)
+        self.emit(f"{self.ctype(u.dtype)} {var} = {expr};")
+        return var
+
+    def fail(self, u: UOp, why: str) -> ClangRenderError:
+        """A `ClangRenderError` naming `u` and why it can't be rendered."""
+        return ClangRenderError(f"CLANG renderer: can't render {u.op} ({u.dtype!r}, arg={u.arg!r}): {why}")
+
+    # ----- the program -----
+    def write(self) -> str:
+        """The whole translation unit: marker, preludes, typedefs, kernel, trampoline, info string."""
+        globals_: dict[int, UOp] = {}
+        variables: list[UOp] = []
+        stored: set[int] = set()
+        all_mutable = False
+        for u in self.uops:
+            if u.op is Ops.DEFINE_GLOBAL:
+                if u.arg in globals_ and globals_[u.arg] is not u:
+                    raise self.fail(u, f"two DEFINE_GLOBALs with index {u.arg}")
+                globals_[u.arg] = u
+            elif u.op is Ops.DEFINE_VAR and u not in variables:
+                variables.append(u)
+            elif u.op is Ops.STORE or u.op is Ops.CUSTOM:  # CUSTOM code may write through the pointers it gets
+                written = u.src[:1] if u.op is Ops.STORE else [s for s in u.src if isinstance(s.dtype, PtrDType)]
+                for target_ptr in written:
+                    target = _root_buffer(target_ptr)
+                    if target is None:
+                        all_mutable = True  # unknown target: no buffer may be const
+                    elif target.op is Ops.DEFINE_GLOBAL:
+                        stored.add(target.arg)
+            elif u.op is Ops.SPECIAL:
+                if u.arg != "core_id":
+                    raise self.fail(u, "the CPU has no GPU-style launch ids (only SPECIAL 'core_id')")
+                self.core_id = u
+        nbufs = max(globals_) + 1 if globals_ else 0
+        params: list[str] = []
+        casts: list[str] = []
+        for i in range(nbufs):
+            g = globals_.get(i)
+            if g is None:
+                params.append(f"void* restrict unused{i}")
+                casts.append(f"bufs[{i}]")
+                continue
+            base = self.ctype(g.dtype.base) if isinstance(g.dtype, PtrDType) else self.ctype(g.dtype)
+            const = "" if i in stored or all_mutable else "const "
+            params.append(f"{const}{base}* restrict data{i}")
+            casts.append(f"({const}{base}*)bufs[{i}]")
+            self.exprs[g] = f"data{i}"
+        letters = ""
+        for j, v in enumerate(variables):
+            vname = f"var_{_c_identifier(v.arg[0])}" if isinstance(v.arg, tuple) else f"var{j}"
+            ctype = "int" if v.dtype == dtypes.int32 else "long long"
+            letters += "i" if ctype == "int" else "q"
+            params.append(f"{ctype} {vname}")
+            casts.append(f"({ctype})vals[{j}]")
+            self.exprs[v] = vname
+        cores = 0
+        if self.core_id is not None:
+            params.append("int core_id")
+            casts.append("core_id")
+            self.exprs[self.core_id] = "core_id"
+            size = self.core_id.src[0] if self.core_id.src else None
+            cores = int(size.arg) if size is not None and size.op is Ops.CONST else -1
+        for u in self.uops:
+            self.render_uop(u)
+        while self.depth > 1:  # tolerate a program whose last ENDs were dropped
+            self.depth -= 1
+            self.emit("}")
+        body = "\n".join(self.lines)
+        used = {u.dtype.scalar() for u in self.uops} | {
+            u.dtype.base.scalar() for u in self.uops if isinstance(u.dtype, PtrDType)
+        }
+        preludes = [PRELUDE_HALF] if dtypes.float16 in used else []
+        preludes += [PRELUDE_BF16] if dtypes.bfloat16 in used else []
+        preludes += [PRELUDE_FMA] if any(u.op is Ops.MULACC for u in self.uops) else []
+        header = [f"{KERNEL_MARKER}{self.name}", *(p.rstrip("\n") for p in preludes), *self.vec_types.values()]
+        signature = ", ".join(params) if params else "void"
+        info = f"tc{ABI_VERSION} bufs={nbufs} vars={letters} cores={cores}"
+        tramp_args = ", ".join(casts)
+        return (
+            "\n".join(header)
+            + f"\nvoid {self.name}({signature}) {{\n{body}\n}}\n"
+            + f"void {self.name}_tc(void* const* bufs, const long long* vals, int core_id) {{\n"
+            + "  (void)bufs; (void)vals; (void)core_id;\n"
+            + f"  {self.name}({tramp_args});\n}}\n"
+            + f'const char {self.name}_tc_info[] = "{info}";\n'
+        )
+
+    # ----- one uop -----
+    def render_uop(self, u: UOp) -> None:
+        """Emit the C for one uop (or record the expression it stands for)."""
+        op = u.op
+        if op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.SINK, Ops.GROUP, Ops.BARRIER):
+            return  # parameters, or nothing to do on a CPU (no shared memory, so no barrier)
+        if op in _NOT_SUPPORTED:
+            raise self.fail(u, "not available on the CPU (has_local/has_shared are False, no tensor cores)")
+        if op in (Ops.NOOP, Ops.AFTER):
+            if u.src:
+                self.exprs[u] = self.exprs[u.src[0]]
+            return
+        if op is Ops.CONST:
+            self.exprs[u] = self.const(u.arg, u.dtype)
+        elif op is Ops.VCONST:
+            lanes = ", ".join(self.const(v, u.dtype.scalar()) for v in u.arg)
+            self.exprs[u] = self.declare(u, f"({self.ctype(u.dtype)}){{{lanes}}}", "vc")
+        elif op is Ops.DEFINE_REG:
+            if not isinstance(u.dtype, PtrDType) or u.dtype.size < 0:
+                raise self.fail(u, "a register array needs a pointer dtype with a known size")
+            var = self.fresh("acc")
+            self.emit(f"{self.ctype(u.dtype.base)} {var}[{max(1, u.dtype.size)}];")
+            self.exprs[u] = var
+        elif op is Ops.RANGE:
+            var = self.fresh("ridx")
+            end = self.exprs[u.src[0]]
+            self.emit(f"for ({self.ctype(u.dtype)} {var} = 0; {var} < {end}; {var}++) {{")
+            self.depth += 1
+            self.exprs[u] = var
+        elif op is Ops.END:
+            closes = sum(1 for s in u.src if s.op is Ops.RANGE) or 1
+            for _ in range(closes):
+                self.depth -= 1
+                self.emit("}")
+        elif op is Ops.IF:
+            self.emit(f"if ({self.exprs[u.src[0]]}) {{")
+            self.depth += 1
+        elif op is Ops.ENDIF:
+            self.depth -= 1
+            self.emit("}")
+        elif op is Ops.INDEX:
+            self.render_index(u)
+        elif op is Ops.LOAD:
+            self.render_load(u)
+        elif op is Ops.STORE:
+            self.render_store(u)
+        elif op is Ops.CAST and isinstance(u.dtype, PtrDType):
+            self.exprs[u] = f"(({self.ctype(u.dtype)})({self.exprs[u.src[0]]}))"
+        elif op is Ops.CUSTOM:
+            text = str(u.arg).format(*(self.exprs.get(s, "") for s in u.src))  # effects order, have no value
+            if u.dtype == dtypes.void:
+                self.emit(f"{text};")
+            else:
+                self.exprs[u] = self.declare(u, text, "cus")
+        elif op is Ops.VECTORIZE:
+            lanes = ", ".join(self.exprs[s] for s in u.src)
+            self.finish(u, f"({self.ctype(u.dtype)}){{{lanes}}}")
+        elif op is Ops.GEP:
+            src = self.exprs[u.src[0]]
+            if u.src[0].dtype.count == 1 and len(u.arg) > 1:  # broadcast a scalar
+                self.finish(u, f"({self.ctype(u.dtype)}){{{', '.join([src] * len(u.arg))}}}")
+            elif u.src[0].dtype.count == 1:
+                self.exprs[u] = src
+            elif len(u.arg) == 1:
+                self.exprs[u] = f"{src}[{u.arg[0]}]"
+            else:
+                lanes = ", ".join(f"{src}[{i}]" for i in u.arg)
+                self.finish(u, f"({self.ctype(u.dtype)}){{{lanes}}}")
+        elif op is Ops.CAST:
+            self.finish(u, self.lanewise(u, lambda xs, dt, s: self.cast(xs[0], s[0], dt)))
+        elif op is Ops.BITCAST:
+            self.finish(u, self.bitcast(self.exprs[u.src[0]], u.src[0].dtype, u.dtype))
+        elif op in GroupOp.ALU:
+            self.finish(u, self.alu(u))
+        else:
+            raise self.fail(u, "unknown op for the C renderer")
+
+    def finish(self, u: UOp, expr: str) -> None:
+        """Inline a single-use scalar expression; give everything else a variable."""
+        inline = u.dtype.count == 1 and self.uses.get(u, 0) <= 1 and len(expr) < 400
+        self.exprs[u] = expr if inline else self.declare(u, expr, "alu" if u.op in GroupOp.ALU else "val")
+
+    # ----- constants -----
+    def const(self, value: Any, dtype: DType) -> str:
+        """The C literal of a scalar constant of `dtype`."""
+        scalar = dtype.scalar()
+        if scalar == dtypes.bool:
+            return "1" if value else "0"
+        if dtypes.is_float(scalar):
+            literal = ClangRenderer.float_literal(float(value), scalar)
+            if scalar == dtypes.float16:
+                return f"TC_F2H({literal})"
+            if scalar == dtypes.bfloat16:
+                return f"tc_f2bf({literal})"
+            return literal
+        return _int_const(value, scalar)
+
+    def as_float(self, u: UOp) -> str:
+        """A float32 expression of a 16-bit float scalar operand (constants directly as float literals)."""
+        if u.op is Ops.CONST:
+            return ClangRenderer.float_literal(float(u.arg), dtypes.float32)
+        return self.to_float(self.exprs[u], u.dtype.scalar())
+
+    @staticmethod
+    def to_float(expr: str, dtype: DType) -> str:
+        """Convert a 16-bit float expression to float32."""
+        return f"TC_H2F({expr})" if dtype == dtypes.float16 else f"tc_bf2f({expr})"
+
+    @staticmethod
+    def from_float(expr: str, dtype: DType) -> str:
+        """Round a float32 expression to a 16-bit float dtype."""
+        return f"TC_F2H({expr})" if dtype == dtypes.float16 else f"tc_f2bf({expr})"
+
+    # ----- memory -----
+    def render_index(self, u: UOp) -> None:
+        """A pointer expression for INDEX (the buffer itself for gathers/scatters)."""
+        buf, idx = self.exprs[u.src[0]], u.src[1]
+        if idx.dtype.count > 1:  # a vector of addresses: loads/stores gather/scatter lane by lane
+            self.exprs[u] = buf
+            return
+        if idx.op is Ops.CONST and idx.arg == 0:
+            self.exprs[u] = buf
+        else:
+            self.exprs[u] = f"({buf}+{self.exprs[idx]})"
+
+    def render_load(self, u: UOp) -> None:
+        """A LOAD into a new variable: plain, gated (memory untouched when off), vector or gather."""
+        index = _find_index(u.src[0])
+        ptr = self.exprs[u.src[0]]
+        gate = index.src[2] if index is not None and len(index.src) > 2 else None
+        alt = self.exprs[u.src[1]] if len(u.src) > 1 else None
+        ctype = self.ctype(u.dtype)
+        var = self.fresh("ld")
+        if index is not None and index.src[1].dtype.count > 1:  # gather
+            idx = self.simple(self.exprs[index.src[1]], index.src[1].dtype)
+            g = self.simple(self.exprs[gate], gate.dtype) if gate is not None else None
+            a = self.simple(alt, u.src[1].dtype) if alt is not None else None
+            lanes = []
+            for i in range(u.dtype.count):
+                access = f"{ptr}[{idx}[{i}]]"
+                if g is not None:
+                    g_i = f"{g}[{i}]" if gate is not None and gate.dtype.count > 1 else g
+                    a_i = (f"{a}[{i}]" if u.src[1].dtype.count > 1 else a) if a is not None else "0"
+                    access = f"({g_i} ? {access} : {a_i})"
+                lanes.append(access)
+            self.emit(f"{ctype} {var} = ({ctype}){{{', '.join(lanes)}}};")
+        elif u.dtype.count > 1 or _needs_memcpy(u.src[0].dtype, u.dtype):
+            nbytes = u.dtype.count * u.dtype.scalar().itemsize
+            if gate is not None:
+                init = alt if alt is not None else f"({ctype}){{0}}"
+                self.emit(f"{ctype} {var} = {init};")
+                self.emit(f"if ({self.exprs[gate]}) __builtin_memcpy(&{var}, {ptr}, {nbytes});")
+            else:
+                self.emit(f"{ctype} {var}; __builtin_memcpy(&{var}, {ptr}, {nbytes});")
+        elif gate is not None:
+            self.emit(f"{ctype} {var} = ({self.exprs[gate]}) ? *{ptr} : {alt if alt is not None else '0'};")
+        else:
+            self.emit(f"{ctype} {var} = *{ptr};")
+        self.exprs[u] = var
+
+    def render_store(self, u: UOp) -> None:
+        """A STORE: plain, vector (memcpy), scatter, or gated by the INDEX gate."""
+        target, value = u.src[0], u.src[1]
+        index = _find_index(target)
+        ptr, val = self.exprs[target], self.exprs[value]
+        gate = index.src[2] if index is not None and len(index.src) > 2 else None
+        if index is not None and index.src[1].dtype.count > 1:  # scatter
+            idx = self.simple(self.exprs[index.src[1]], index.src[1].dtype)
+            v = self.simple(val, value.dtype)
+            for i in range(index.src[1].dtype.count):
+                lane = f"{v}[{i}]" if value.dtype.count > 1 else v
+                stmt = f"{ptr}[{idx}[{i}]] = {lane};"
+                if gate is not None:
+                    g_i = f"{self.exprs[gate]}[{i}]" if gate.dtype.count > 1 else self.exprs[gate]
+                    stmt = f"if ({g_i}) {stmt}"
+                self.emit(stmt)
+            return
+        if value.dtype.count > 1 or _needs_memcpy(target.dtype, value.dtype):
+            tmp = self.fresh("st")
+            nbytes = value.dtype.count * value.dtype.scalar().itemsize
+            stmt = f"{{ {self.ctype(value.dtype)} {tmp} = {val}; __builtin_memcpy({ptr}, &{tmp}, {nbytes}); }}"
+        else:
+            stmt = f"*{ptr} = {val};"
+        self.emit(f"if ({self.exprs[gate]}) {stmt}" if gate is not None else stmt)
+
+    # ----- elementwise -----
+    def lanewise(self, u: UOp, scalar: Callable[[list[str], DType, list[DType]], str]) -> str:
+        """Apply `scalar(operand exprs, result scalar dtype, operand scalar dtypes)` per lane of a vector uop."""
+        src_dtypes = [s.dtype.scalar() for s in u.src]
+        if u.dtype.count == 1:
+            return scalar([self.exprs[s] for s in u.src], u.dtype.scalar(), src_dtypes)
+        operands = [self.simple(self.exprs[s], s.dtype) for s in u.src]
+        lanes = []
+        for i in range(u.dtype.count):
+            args = [f"{o}[{i}]" if s.dtype.count > 1 else o for o, s in zip(operands, u.src)]
+            lanes.append(scalar(args, u.dtype.scalar(), src_dtypes))
+        return f"({self.ctype(u.dtype)}){{{', '.join(lanes)}}}"
+
+    def alu(self, u: UOp) -> str:
+        """The expression of an ALU uop (vector fast paths, 16-bit floats through float32)."""
+        op, dtype = u.op, u.dtype.scalar()
+        operand_dtype = u.src[-1].dtype.scalar() if u.src else dtype
+        if u.dtype.count > 1 and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG):
+            fast = self.vector_alu(u)
+            if fast is not None:
+                return fast
+        if op in GroupOp.Comparison:
+            sym = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[op]
+            if operand_dtype in _HALF_LIKE:
+                if u.dtype.count == 1:
+                    return f"({self.as_float(u.src[0])}{sym}{self.as_float(u.src[1])})"
+                return self.lanewise(
+                    u, lambda xs, dt, sd: f"({self.to_float(xs[0], sd[0])}{sym}{self.to_float(xs[1], sd[1])})"
+                )
+            return self.lanewise(u, lambda xs, dt, sd: f"({xs[0]}{sym}{xs[1]})")
+        if op is Ops.WHERE:
+            return self.lanewise(u, lambda xs, dt, sd: f"({xs[0]}?{xs[1]}:{xs[2]})")
+        if dtype in _HALF_LIKE:
+            return self.half_alu(u)
+        index_only = u in self.index_only
+        return self.lanewise(u, lambda xs, dt, sd: self.scalar_alu(op, xs, dt, index_only))
+
+    def vector_alu(self, u: UOp) -> str | None:
+        """Whole-vector arithmetic where the vector extension's semantics equal the scalar ones."""
+        scalar = u.dtype.scalar()
+        sym = _SYM
+        ops = [self.exprs[s] for s in u.src]
+        if scalar in (dtypes.float32, dtypes.float64):
+            if u.op is Ops.NEG:
+                return f"(-{ops[0]})"
+            if u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+                return f"({ops[0]}{sym[u.op]}{ops[1]})"
+            return None
+        if not dtypes.is_int(scalar) or scalar.itemsize < 4 or any(s.dtype.count != u.dtype.count for s in u.src):
+            return None
+        if u.op in (Ops.AND, Ops.OR, Ops.XOR):
+            return f"({ops[0]}{sym[u.op]}{ops[1]})"
+        if u.op is Ops.FDIV:
+            return None
+        vt = self.ctype(u.dtype)
+        if scalar in _SIGNED and u not in self.index_only:  # wrap through the unsigned vector type
+            uvt = self.ctype((dtypes.uint64 if scalar.itemsize == 8 else dtypes.uint32).vec(u.dtype.count))
+            if u.op is Ops.NEG:
+                return f"(({vt})(-({uvt}){ops[0]}))"
+            return f"(({vt})(({uvt}){ops[0]}{sym[u.op]}({uvt}){ops[1]}))"
+        return f"(-{ops[0]})" if u.op is Ops.NEG else f"({ops[0]}{sym[u.op]}{ops[1]})"
+
+    def half_alu(self, u: UOp) -> str:
+        """float16/bfloat16 arithmetic: computed in float32, rounded back after the op."""
+        dtype = u.dtype.scalar()
+
+        def scalar(xs: list[str], dt: DType, sd: list[DType]) -> str:
+            """One lane: operands to float32, the op, rounded back."""
+            fs = [self.to_float(x, d) for x, d in zip(xs, sd)]
+            return self.from_float(self.scalar_alu(u.op, fs, dtypes.float32, False), dtype)
+
+        if u.dtype.count == 1:
+            fs = [self.as_float(s) for s in u.src]
+            return self.from_float(self.scalar_alu(u.op, fs, dtypes.float32, False), dtype)
+        return self.lanewise(u, scalar)
+
+    def scalar_alu(self, op: Ops, xs: list[str], dtype: DType, index_only: bool) -> str:
+        """One scalar ALU op on rendered operands (integer results of less than 32 bits are cast back)."""
+        is_float = dtypes.is_float(dtype)
+        is_bool = dtype == dtypes.bool
+        ct = _CTYPES[dtype]
+        a = xs[0]
+        b = xs[1] if len(xs) > 1 else ""
+        if is_bool:
+            table = {Ops.ADD: "|", Ops.OR: "|", Ops.MUL: "&", Ops.AND: "&", Ops.XOR: "^", Ops.MAX: "|"}
+            if op in table:
+                return f"({a}{table[op]}{b})"
+            if op is Ops.NEG:
+                return f"(!{a})"
+            raise ClangRenderError(f"CLANG renderer: {op} is not defined on bool")
+        if is_float:
+            suffix = "f" if dtype == dtypes.float32 else ""
+            one = "1.0f" if dtype == dtypes.float32 else "1.0"
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+                return f"({a}{_SYM[op]}{b})"
+            if op is Ops.NEG:
+                return f"(-{a})"
+            if op is Ops.RECIP:
+                return f"({one}/{a})"
+            if op is Ops.SQRT:
+                return f"__builtin_sqrt{suffix}({a})"
+            if op is Ops.TRUNC:
+                return f"__builtin_trunc{suffix}({a})"
+            if op is Ops.MULACC:
+                return f"{'TC_FMAF' if suffix else 'TC_FMA'}({a}, {b}, {xs[2]})"
+            if op is Ops.MAX:
+                sa, sb = self.simple(a, dtype), self.simple(b, dtype)
+                return f"(({sb}>{sa}||{sb}!={sb})?{sb}:{sa})"
+            if op is Ops.IDIV:
+                return f"__builtin_trunc{suffix}({a}/{b})"
+            if op is Ops.MOD:
+                return f"__builtin_fmod{suffix}({a}, {b})"
+            raise ClangRenderError(f"CLANG renderer: {op} is not defined on {dtype}")
+        # integers
+        signed = dtype in _SIGNED
+        narrow = dtype.itemsize < 4
+
+        def back(expr: str) -> str:
+            """Cast an integer result narrower than int back to its type."""
+            return f"(({ct}){expr})" if narrow else expr
+
+        if op in (Ops.AND, Ops.OR, Ops.XOR):
+            return back(f"({a}{_SYM[op]}{b})")
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MULACC):
+            wrap = not index_only and (signed or narrow)
+            if op is Ops.MULACC:
+                if wrap:
+                    ut = _unsigned_of(dtype)
+                    return f"(({ct})(({ut}){a}*({ut}){b}+({ut}){xs[2]}))"
+                return back(f"({a}*{b}+{xs[2]})")
+            if op is Ops.NEG:
+                return f"(({ct})(0u-({_unsigned_of(dtype)}){a}))" if wrap else back(f"(-{a})")
+            sym = _SYM[op]
+            if wrap:
+                ut = _unsigned_of(dtype)
+                return f"(({ct})(({ut}){a}{sym}({ut}){b}))"
+            return f"({a}{sym}{b})"
+        if op in (Ops.IDIV, Ops.MOD):
+            sym = "/" if op is Ops.IDIV else "%"
+            divisor = self._const_value(b)
+            if divisor is not None and divisor != 0 and not (signed and divisor == -1):
+                return back(f"({a}{sym}{b})")
+            sa, sb = self.simple(a, dtype), self.simple(b, dtype)
+            if signed:
+                ut = _unsigned_of(dtype)
+                minus = f"(({ct})(0u-({ut}){sa}))" if op is Ops.IDIV else "0"
+                return back(f"({sb}==0?0:{sb}==-1?{minus}:{sa}{sym}{sb})")
+            return back(f"({sb}==0?0:{sa}{sym}{sb})")
+        if op is Ops.MAX:
+            sa, sb = self.simple(a, dtype), self.simple(b, dtype)
+            return f"({sb}>{sa}?{sb}:{sa})"
+        if op in (Ops.SHL, Ops.SHR):
+            bits = dtype.itemsize * 8
+            amount = self._const_value(b)
+            ut = _unsigned_of(dtype)
+            if op is Ops.SHL:
+                if amount is not None and not 0 <= amount < bits:
+                    return f"(({ct})0)"
+                sb = b if amount is not None else self.simple(b, dtype)
+                shifted = f"(({ct})(({ut}){a}<<{sb}))" if signed or narrow else f"({a}<<{sb})"
+                return shifted if amount is not None else f"((({ut}){sb})<{bits}u?{shifted}:({ct})0)"
+            if amount is not None:
+                if 0 <= amount < bits:
+                    return back(f"({a}>>{b})")
+                return back(f"({a}>>{bits - 1})") if signed else f"(({ct})0)"
+            sa, sb = self.simple(a, dtype), self.simple(b, dtype)
+            overflow = f"({sa}>>{bits - 1})" if signed else "0"
+            return back(f"((({ut}){sb})<{bits}u?({sa}>>{sb}):{overflow})")
+        if op is Ops.TRUNC:
+            return a
+        raise ClangRenderError(f"CLANG renderer: {op} is not defined on {dtype}")
+
+    @staticmethod
+    def _const_value(expr: str) -> int | None:
+        match = re.fullmatch(r"\(?(-?\d+)(?:u|ll|ull)?\)?", expr)
+        return int(match.group(1)) if match else None
+
+    # ----- conversions -----
+    def cast(self, x: str, src: DType, dst: DType) -> str:
+        """Scalar value conversion with the documented semantics."""
+        if src == dst:
+            return x
+        if src in _HALF_LIKE:
+            if dst in _HALF_LIKE:
+                return self.from_float(self.to_float(x, src), dst)
+            return self.cast(self.to_float(x, src), dtypes.float32, dst)
+        if dst in _HALF_LIKE:
+            if dst == dtypes.float16 and src == dtypes.float64:
+                return f"TC_D2H({x})"
+            return self.from_float(x if src == dtypes.float32 else f"(float)({x})", dst)
+        ct = _CTYPES[dst]
+        if dst == dtypes.bool:
+            return f"((_Bool)({x}))"
+        if dtypes.is_float(src) and dtypes.is_int(dst):
+            if dst.itemsize <= 4:  # NaN/inf -> INT64_MIN -> 0 in the low bits; finite values wrap
+                return f"(({ct})(long long)({x}))"
+            sx = self.simple(x, src)
+            lit = "f" if src == dtypes.float32 else ""
+            if dst == dtypes.uint64:
+                return (
+                    f"(({sx}>=0&&{sx}<0x1p64{lit})?(unsigned long long)({sx}):"
+                    f"({sx}<0&&{sx}>-0x1p63{lit})?(unsigned long long)(long long)({sx}):0ull)"
+                )
+            return f"(({sx}>-0x1p63{lit}&&{sx}<0x1p63{lit})?(long long)({sx}):0ll)"
+        return f"(({ct})({x}))"
+
+    def bitcast(self, x: str, src: DType, dst: DType) -> str:
+        """Reinterpret the bits of `x` (a statement expression around memcpy: strict-aliasing safe)."""
+        tmp_in, tmp_out = self.fresh("_bi"), self.fresh("_bo")
+        nbytes = dst.count * dst.scalar().itemsize
+        return (
+            f"({{ {self.ctype(src)} {tmp_in} = {x}; {self.ctype(dst)} {tmp_out}; "
+            f"__builtin_memcpy(&{tmp_out}, &{tmp_in}, {nbytes}); {tmp_out}; }})"
+        )
+
+
+def _find_index(u: UOp) -> UOp | None:
+    """The INDEX under a pointer expression (through pointer casts and ordering nodes)."""
+    seen = 0
+    while u is not None and seen < 64:
+        if u.op is Ops.INDEX:
+            return u
+        if u.op in (Ops.CAST, Ops.AFTER, Ops.NOOP, Ops.BITCAST) and u.src:
+            u = u.src[0]
+            seen += 1
+            continue
+        return None
+    return None
+
+
+def _root_buffer(u: UOp) -> UOp | None:
+    """The DEFINE_GLOBAL/DEFINE_REG a pointer expression addresses (None when unknown)."""
+    seen = 0
+    while seen < 64:
+        if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
+            return u
+        if u.op in (Ops.INDEX, Ops.CAST, Ops.AFTER, Ops.NOOP, Ops.BITCAST) and u.src:
+            u = u.src[0]
+            seen += 1
+            continue
+        return None
+    return None
+
+
+def _needs_memcpy(ptr_dtype: DType, value_dtype: DType) -> bool:
+    """True when the value is accessed with a type other than the pointer's element type."""
+    if not isinstance(ptr_dtype, PtrDType):
+        return False
+    return ptr_dtype.base != value_dtype and ptr_dtype.addrspace != AddrSpace.LOCAL

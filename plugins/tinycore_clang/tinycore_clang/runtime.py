@@ -1,0 +1,198 @@
+"""Loading compiled kernels and launching them: `load_library`, `ClangProgram`.
+
+A compiled kernel is the bytes of a shared object. `load_library` writes them to a file named after their
+sha256 in the process's private temp folder, ``dlopen``s it (``RTLD_LOCAL``) and unlinks the file; a library with
+the same bytes is loaded only once per process. Libraries are never unloaded (a kernel may still run on a worker).
+
+`ClangProgram(device, name, lib)` looks up the kernel's three symbols (``NAME``, ``NAME_tc``, ``NAME_tc_info``;
+see `tinycore_clang.renderer`), sets ctypes ``argtypes`` once, and launches:
+
+- a kernel without ``core_id``: one direct ctypes call with the raw buffer addresses and variable values;
+- a kernel with ``core_id``: one call of the thread pool's ``tc_run`` (`tinycore_clang.threadpool`), which runs the
+  ``cores`` chunks on ``device.threads`` native threads and returns when all are done.
+
+Launches are synchronous: with ``wait=True`` the call returns the seconds it took (``time.perf_counter``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tinycore_clang.compiler import scratch_path
+
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOAD_LOCK = threading.Lock()
+_MEMFDS: list[int] = []  # kept open: the path /proc/self/fd/N must never name another library later
+
+
+def load_library(lib: bytes) -> ctypes.CDLL:
+    """``dlopen`` the shared object `lib` (once per distinct content per process)."""
+    digest = hashlib.sha256(lib).hexdigest()
+    dll = _LOADED.get(digest)
+    if dll is not None:
+        return dll
+    with _LOAD_LOCK:
+        dll = _LOADED.get(digest)
+        if dll is not None:
+            return dll
+        path = scratch_path(f"_{digest[:32]}.so")
+        try:
+            with open(path, "wb") as file:
+                file.write(lib)
+            dll = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        except OSError as first:
+            dll = _load_from_memfd(lib, digest, first)
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        _LOADED[digest] = dll
+        return dll
+
+
+def _load_from_memfd(lib: bytes, digest: str, first: OSError) -> ctypes.CDLL:
+    """Fallback for temp folders mounted ``noexec``: load from an anonymous memory file."""
+    if not hasattr(os, "memfd_create"):
+        raise first
+    fd = os.memfd_create(f"tinycore-clang-{digest[:16]}")
+    os.write(fd, lib)
+    _MEMFDS.append(fd)
+    try:
+        return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as error:
+        raise OSError(f"can't load a compiled kernel: {first}; from memory: {error}") from error
+
+
+def elf_exports(lib: bytes) -> list[str]:
+    """Names of the global symbols a 64-bit little-endian ELF shared object defines (its ``.dynsym``).
+
+    >>> elf_exports(b"not an elf")
+    []
+    """
+    if len(lib) < 64 or lib[:4] != b"\x7fELF" or lib[4] != 2 or lib[5] != 1:
+        return []
+    shoff = struct.unpack_from("<Q", lib, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", lib, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", lib, shoff + i * shentsize) for i in range(shnum)]
+    names: list[str] = []
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if kind != 11 or not entsize:  # SHT_DYNSYM
+            continue
+        strtab = sections[link]
+        str_off = strtab[4]
+        for k in range(size // entsize):
+            st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", lib, offset + k * entsize)
+            if st_shndx == 0 or (st_info >> 4) not in (1, 2):  # undefined, or not GLOBAL/WEAK
+                continue
+            end = lib.index(b"\0", str_off + st_name)
+            names.append(lib[str_off + st_name : end].decode(errors="replace"))
+    return names
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What ``NAME_tc_info`` says: buffer count, variable kinds (``i`` int, ``q`` long long), core ids."""
+
+    bufs: int
+    vars: str
+    cores: int
+
+    @staticmethod
+    def parse(text: str) -> KernelInfo:
+        """Parse ``"tc1 bufs=2 vars=iq cores=0"``.
+
+        >>> KernelInfo.parse("tc1 bufs=2 vars=iq cores=-1")
+        KernelInfo(bufs=2, vars='iq', cores=-1)
+        """
+        fields = dict(part.split("=", 1) for part in text.split()[1:] if "=" in part)
+        return KernelInfo(int(fields.get("bufs", 0)), fields.get("vars", ""), int(fields.get("cores", 0)))
+
+
+def _kernel_name(dll: ctypes.CDLL, name: str, lib: bytes) -> str:
+    try:
+        getattr(dll, f"{name}_tc_info")
+        return name
+    except AttributeError:
+        pass
+    kernels = [s[: -len("_tc_info")] for s in elf_exports(lib) if s.endswith("_tc_info")]
+    if len(kernels) == 1:
+        return kernels[0]
+    raise ValueError(f"CLANG: kernel {name!r} not found in the compiled library (it has {sorted(kernels)})")
+
+
+class ClangProgram:
+    """A loaded CLANG kernel: ``prg(*bufs, global_size=, local_size=, vals=, wait=False)``.
+
+    `bufs` are the allocator's handles (`tinycore_clang.allocator.ClangMemory`) or raw addresses; `vals` the
+    variable values in the program's variable order. A kernel with ``core_id`` runs its chunks on the device's
+    native thread pool (``cores`` chunks, or ``global_size[0]`` when the count is symbolic); `local_size` is
+    ignored (the CPU has no work-groups).
+    """
+
+    def __init__(self, device: Any, name: str, lib: bytes):
+        self.device, self.lib = device, lib
+        self.dll = load_library(lib)
+        self.name = _kernel_name(self.dll, name, lib)
+        raw = ctypes.c_char.in_dll(self.dll, f"{self.name}_tc_info")
+        self.info = KernelInfo.parse(ctypes.string_at(ctypes.addressof(raw)).decode())
+        var_types = [ctypes.c_int if kind == "i" else ctypes.c_int64 for kind in self.info.vars]
+        self.nbufs, self.nvars = self.info.bufs, len(self.info.vars)
+        self.threaded = self.info.cores != 0
+        self.fn = getattr(self.dll, self.name)
+        self.fn.restype = None
+        self.fn.argtypes = [ctypes.c_void_p] * self.nbufs + var_types + ([ctypes.c_int] if self.threaded else [])
+        self.entry = ctypes.cast(getattr(self.dll, f"{self.name}_tc"), ctypes.c_void_p).value
+        self._buf_array = ctypes.c_void_p * max(1, self.nbufs)
+        self._val_array = ctypes.c_int64 * max(1, self.nvars)
+        self._pool: Any = None
+
+    def _pointers(self, bufs: tuple[Any, ...]) -> list[int]:
+        try:
+            return [b.ptr for b in bufs]
+        except AttributeError:
+            return [b if isinstance(b, int) else b.ptr for b in bufs]
+
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] = (1, 1, 1),
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
+        """Run the kernel on `bufs` with variable values `vals`; with `wait`, the elapsed seconds."""
+        if len(bufs) != self.nbufs or len(vals) != self.nvars:
+            raise TypeError(
+                f"CLANG kernel {self.name} takes {self.nbufs} buffers and {self.nvars} variables, "
+                f"got {len(bufs)} and {len(vals)}"
+            )
+        ptrs = self._pointers(bufs)
+        if not self.threaded:
+            if wait:
+                start = time.perf_counter()
+                self.fn(*ptrs, *vals)
+                return time.perf_counter() - start
+            self.fn(*ptrs, *vals)
+            return None
+        ntasks = self.info.cores if self.info.cores > 0 else int(global_size[0])
+        pool = self._pool if self._pool is not None else self._get_pool()
+        start = time.perf_counter()
+        pool.run(self.entry, self._buf_array(*ptrs), self._val_array(*vals), ntasks, int(self.device.threads))
+        return time.perf_counter() - start if wait else None
+
+    def _get_pool(self) -> Any:
+        from tinycore_clang.threadpool import get_pool
+
+        self._pool = get_pool(self.device.compiler)
+        return self._pool
+
+    def __repr__(self) -> str:
+        return f"<ClangProgram {self.name} bufs={self.nbufs} vars={self.nvars} cores={self.info.cores}>"

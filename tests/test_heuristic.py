@@ -1,0 +1,176 @@
+"""The hand-coded heuristics: what they pick on CPU-style and GPU-style renderers, and that their kernels compute
+the right values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinycore.codegen import OptOps, get_kernel, get_program
+from tinycore.codegen.heuristic import hand_coded_optimizations, thread_count, vector_width
+from tinycore.device import Buffer, Device
+from tinycore.dtype import dtypes
+from tinycore.engine.exec_item import CompiledRunner
+from tinycore.helpers import Context
+from tinycore.runtime.python_device import PythonRenderer
+from tinycore.uop.ops import AxisType, Ops, UOp
+
+
+class CPURenderer(PythonRenderer):
+    """CPU style with 4 threads and 32-byte vectors; the PYTHON interpreter runs its programs."""
+
+    has_local = False
+    has_shared = False
+    threads = 4
+
+
+class WideCPURenderer(CPURenderer):
+    vector_bytes = 64
+
+
+class NoThreadsRenderer(PythonRenderer):
+    has_local = False
+    has_shared = False
+
+
+def load(arg: int, size: int, dt=dtypes.float) -> UOp:
+    return UOp(Ops.LOAD, dt, (UOp.define_global(arg, dt, size),))
+
+
+def matmul_ast(m: int, k: int, n: int) -> UOp:
+    a = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
+    b = load(2, k * n).reshape((1, k, n)).expand((m, k, n))
+    return UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((a * b).r(Ops.ADD, (1,))))
+
+
+def elementwise_ast(r: int, c: int) -> UOp:
+    x = load(1, r * c).reshape((r, c))
+    return UOp.sink(UOp.define_global(0, dtypes.float, r * c).reshape((r, c)).store(x * x + x))
+
+
+def rowsum_ast(r: int, c: int) -> UOp:
+    x = load(1, r * c).reshape((r, c))
+    return UOp.sink(UOp.define_global(0, dtypes.float, r).reshape((r, 1)).store(x.r(Ops.ADD, (1,))))
+
+
+def opts_of(ast: UOp, renderer) -> list:
+    return hand_coded_optimizations(get_kernel(ast, renderer))
+
+
+def run(ast: UOp, arrays: list[np.ndarray], renderer) -> np.ndarray:
+    out = next(u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u.arg == 0)
+    p = get_program(ast, renderer)  # default opts: the heuristics
+    bufs = [Buffer("PYTHON", out.dtype.size, dtypes.float).copyin(bytes(4 * out.dtype.size))]
+    bufs += [Buffer("PYTHON", a.size, dtypes.float).copyin(a.tobytes()) for a in arrays]
+    CompiledRunner(p)(bufs, {})
+    return bufs[0].numpy()
+
+
+# ----- CPU
+
+
+def test_cpu_matmul_gets_a_register_tile_and_threads():
+    opts = opts_of(matmul_ast(64, 32, 64), CPURenderer())
+    ups = [o for o in opts if o.op is OptOps.UPCAST]
+    assert [o.arg for o in ups] == [16, 4]  # two 8-float vectors along the contiguous axis, 4 rows
+    assert [o for o in opts if o.op is OptOps.THREAD][0].arg == 4
+    assert not any(o.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UNROLL) for o in opts)
+    k = get_kernel(matmul_ast(64, 32, 64), CPURenderer()).apply_opts(opts)
+    assert [r.arg[1] for r in k.rngs].count(AxisType.REDUCE) == 1  # the reduce loop stays a loop (innermost)
+    a, b = np.random.randn(64, 32).astype(np.float32), np.random.randn(32, 64).astype(np.float32)
+    np.testing.assert_allclose(
+        run(matmul_ast(64, 32, 64), [a.ravel(), b.ravel()], CPURenderer()).reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4
+    )
+
+
+def test_cpu_elementwise_vectorizes_the_contiguous_axis_and_threads_big_kernels():
+    opts = opts_of(elementwise_ast(256, 256), CPURenderer())
+    assert [o.op for o in opts] == [OptOps.UPCAST, OptOps.THREAD]
+    assert opts[0].arg == 8 and opts[1].arg == 4
+    wide = opts_of(elementwise_ast(256, 256), WideCPURenderer())
+    assert wide[0].arg == 16  # 64-byte vectors
+    small = opts_of(elementwise_ast(4, 8), CPURenderer())
+    assert not any(o.op is OptOps.THREAD for o in small)  # too little work for threads
+
+
+def test_cpu_contiguous_reduce_is_unrolled_into_vector_accumulators():
+    opts = opts_of(rowsum_ast(512, 256), CPURenderer())
+    unroll = [o for o in opts if o.op is OptOps.UNROLL]
+    assert unroll and unroll[0].arg == 32
+    assert any(o.op is OptOps.THREAD for o in opts)
+    a = np.random.randn(512, 256).astype(np.float32)
+    np.testing.assert_allclose(run(rowsum_ast(512, 256), [a.ravel()], CPURenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_thread_count_and_vector_width_sources():
+    k = get_kernel(elementwise_ast(4, 4), CPURenderer())
+    assert thread_count(k) == 4 and vector_width(k, 4) == 8 and vector_width(k, 2) == 16
+    import os
+
+    assert thread_count(get_kernel(elementwise_ast(4, 4), NoThreadsRenderer())) == max(1, os.cpu_count() or 1)
+
+    class NoVectors(CPURenderer):
+        supports_float4 = False
+
+    assert vector_width(get_kernel(elementwise_ast(4, 4), NoVectors()), 4) == 1
+
+
+# ----- GPU
+
+
+def test_gpu_matmul_uses_the_tensor_core_unless_disabled():
+    opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
+    assert [o.op for o in opts] == [OptOps.TC]
+    with Context(USE_TC=0):
+        opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
+    assert OptOps.TC not in [o.op for o in opts] and any(o.op is OptOps.LOCAL for o in opts)
+    a, b = np.random.randn(16, 16).astype(np.float32), np.random.randn(16, 16).astype(np.float32)
+    np.testing.assert_allclose(
+        run(matmul_ast(16, 16, 16), [a.ravel(), b.ravel()], PythonRenderer()).reshape(16, 16),
+        a @ b,
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_gpu_long_reduce_with_few_outputs_is_grouped():
+    opts = opts_of(rowsum_ast(4, 1024), PythonRenderer())
+    assert opts[0].op is OptOps.GROUPTOP and opts[0].arg == 32
+    a = np.random.randn(4, 1024).astype(np.float32)
+    np.testing.assert_allclose(run(rowsum_ast(4, 1024), [a.ravel()], PythonRenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_gpu_elementwise_gets_locals_and_a_small_upcast():
+    opts = opts_of(elementwise_ast(64, 64), PythonRenderer())
+    assert opts[0].op is OptOps.UPCAST and opts[0].arg == 4
+    k = get_kernel(elementwise_ast(64, 64), PythonRenderer()).apply_opts(opts)
+    locals_ = [r for r in k.rngs if r.arg[1] is AxisType.LOCAL]
+    assert locals_ and np.prod([r.src[0].arg for r in locals_]) <= 64
+    a = np.random.randn(64 * 64).astype(np.float32)
+    np.testing.assert_allclose(run(elementwise_ast(64, 64), [a], PythonRenderer()), a * a + a, rtol=1e-6)
+
+
+def test_heuristics_keep_opts_already_applied_and_noopt_disables_them():
+    k = get_kernel(elementwise_ast(64, 64), PythonRenderer())
+    k.apply_opt(k_opt := hand_coded_optimizations(k.copy())[0])
+    assert hand_coded_optimizations(k) == [k_opt]
+    with Context(NOOPT=1):
+        p = get_program(elementwise_ast(64, 64), PythonRenderer())
+    assert p.local_size == (1, 1, 1) and not any(u.dtype.count > 1 for u in p.uops if u.op is Ops.LOAD)
+
+
+@pytest.fixture(scope="module")
+def clang():
+    try:
+        dev = Device["CLANG"]
+        dev.compiler  # noqa: B018
+    except Exception as error:  # noqa: BLE001
+        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
+    return dev
+
+
+def test_clang_renderer_gets_cpu_opts(clang):
+    opts = hand_coded_optimizations(get_kernel(matmul_ast(64, 64, 64), clang.renderer))
+    threads = getattr(clang.renderer, "threads", 1)
+    assert [o.op for o in opts][:2] == [OptOps.UPCAST, OptOps.UPCAST]
+    assert any(o.op is OptOps.THREAD for o in opts) == (threads > 1)

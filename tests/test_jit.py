@@ -1,0 +1,452 @@
+"""TinyJit: capture, replay, input swapping, variables, pruning, memory planning, batching, errors, pickling."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tinycore import Tensor, TinyJit, Variable
+from tinycore.device import Device
+from tinycore.dtype import dtypes
+from tinycore.engine.jit import CapturedJit, jit_stats
+from tinycore.errors import JitError
+from tinycore.helpers import Context, GlobalCounters
+
+
+def _device_or_skip(name: str) -> str:
+    try:
+        Device[name]
+    except Exception as error:  # noqa: BLE001 - any failure to open means "not here"
+        pytest.skip(f"no C compiler ({name} unavailable: {type(error).__name__})")
+    return name
+
+
+@pytest.fixture(params=["PYTHON", "CLANG"])
+def dev(request: pytest.FixtureRequest) -> str:
+    return _device_or_skip(request.param)
+
+
+def rand(*shape: int, dev: str, seed: int | None = None) -> tuple[Tensor, np.ndarray]:
+    arr = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return Tensor(arr, device=dev), arr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the state machine and replay
+
+
+def test_call0_eager_call1_captures_then_replays(dev: str) -> None:
+    calls = []
+
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        calls.append(1)
+        return (a + b).relu() * 2
+
+    captures = jit_stats.captures
+    for i in range(5):
+        (a, an), (b, bn) = rand(8, dev=dev, seed=i), rand(8, dev=dev, seed=100 + i)
+        out = f(a, b)
+        np.testing.assert_allclose(out.numpy(), np.maximum(an + bn, 0) * 2, rtol=1e-6)
+        assert f.cnt == i + 1
+        assert (f.captured is None) == (i == 0)
+    assert len(calls) == 2  # the Python body ran for call 0 and the capture only
+    assert jit_stats.captures == captures + 1
+
+
+def test_jit_off_always_eager(dev: str) -> None:
+    calls = []
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        calls.append(1)
+        return a * 3
+
+    with Context(JIT=0):
+        for i in range(4):
+            a, an = rand(4, dev=dev, seed=i)
+            np.testing.assert_allclose(f(a).numpy(), an * 3, rtol=1e-6)
+    assert len(calls) == 4 and f.captured is None
+
+
+def test_keyword_list_dict_inputs(dev: str) -> None:
+    @TinyJit
+    def f(xs: list, d: dict, *, scale: Tensor) -> Tensor:
+        return (xs[0] * xs[1] + d["k"]) * scale
+
+    for i in range(4):
+        (a, an), (b, bn), (c, cn), (s, sn) = (rand(3, dev=dev, seed=i * 4 + k) for k in range(4))
+        out = f([a, b], {"k": c}, scale=s)
+        np.testing.assert_allclose(out.numpy(), (an * bn + cn) * sn, rtol=1e-5)
+
+
+def test_method_and_multiple_outputs(dev: str) -> None:
+    class Model:
+        def __init__(self) -> None:
+            self.w = Tensor(np.arange(4, dtype=np.float32), device=dev).realize()
+
+        @TinyJit
+        def __call__(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor], None]:
+            y = x * self.w
+            return y, {"sum": y.sum()}, None
+
+    m = Model()
+    for i in range(4):
+        x, xn = rand(4, dev=dev, seed=i)
+        y, d, none = m(x)
+        assert none is None and isinstance(d, dict)
+        np.testing.assert_allclose(y.numpy(), xn * np.arange(4), rtol=1e-6)
+        np.testing.assert_allclose(d["sum"].numpy(), (xn * np.arange(4)).sum(), rtol=1e-5)
+
+
+def test_views_of_inputs_and_shared_inputs(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+    for i in range(4):
+        x, xn = rand(2, 4, dev=dev, seed=i)
+        x.realize()
+        out = f(x[0], x[1])  # two views of one buffer
+        np.testing.assert_allclose(out.numpy(), xn[0] + xn[1], rtol=1e-6)
+    assert f.captured is not None and f.captured.aliases == (0, 0)
+
+
+def test_changed_view_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 2
+
+    for i in range(3):
+        x, _ = rand(2, 4, dev=dev, seed=i)
+        f(x.realize()[0])
+    y, _ = rand(4, 2, dev=dev)
+    with pytest.raises(JitError, match="argument 0 changed view"):
+        f(y.realize().T[0])
+
+
+def test_unrealized_and_constant_inputs(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a + 1
+
+    for i in range(4):
+        x, xn = rand(4, dev=dev, seed=i)
+        np.testing.assert_allclose(f(x * 2).numpy(), xn * 2 + 1, rtol=1e-6)  # lazy input: realized first
+    for value in (1.0, 5.0, 7.0):
+        np.testing.assert_allclose(f(Tensor.full((4,), value, device=dev)).numpy(), value + 1)
+
+
+def test_outputs_overwritten_and_no_stale_reads(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 2
+
+    for i in range(3):
+        f(Tensor([float(i)] * 4, device=dev))
+    out = f(Tensor([1.0] * 4, device=dev))
+    derived = (out + 1).realize()  # computed from the JIT's output buffer
+    assert derived.tolist() == [3.0] * 4
+    out2 = f(Tensor([10.0] * 4, device=dev))
+    assert out2.tolist() == [20.0] * 4
+    assert out.tolist() == [20.0] * 4  # same buffer: documented overwrite
+    again = out + 1  # the same expression as `derived`: must not come from the realized table
+    assert again.tolist() == [21.0] * 4
+
+
+def test_state_updated_by_replays(dev: str) -> None:
+    w = Tensor(np.ones(4, dtype=np.float32), device=dev).realize()
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        loss = (w * x).sum().realize()  # before the update (an unrealized loss would read the new w)
+        w.assign(w - x * 0.5).realize()
+        return loss
+
+    expected = np.ones(4, dtype=np.float32)
+    for i in range(5):
+        x = np.full(4, i + 1, dtype=np.float32)
+        loss = step(Tensor(x, device=dev))
+        np.testing.assert_allclose(loss.numpy(), (expected * x).sum(), rtol=1e-6)
+        expected = expected - x * 0.5
+        np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
+        np.testing.assert_allclose((w * 1).numpy(), expected, rtol=1e-6)  # graphs on w see the new contents
+
+
+def test_output_is_input_view(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> tuple[Tensor, Tensor]:
+        return a.reshape(2, 2), a + 1
+
+    for i in range(4):
+        x, xn = rand(4, dev=dev, seed=i)
+        view, plus = f(x)
+        np.testing.assert_allclose(view.numpy(), xn.reshape(2, 2))
+        np.testing.assert_allclose(plus.numpy(), xn + 1, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# variables
+
+
+def test_bound_variable_replays_at_other_values(dev: str) -> None:
+    @TinyJit
+    def f(x: Tensor, n: object) -> Tensor:
+        return x.shrink(((0, n),)).sum()
+
+    x, xn = rand(10, dev=dev)
+    x.realize()
+    for value in (3, 5, 7, 1, 10, 4):
+        out = f(x, Variable("n", 1, 10).bind(value))
+        np.testing.assert_allclose(out.numpy(), xn[:value].sum(), rtol=1e-5)
+    assert f.cnt == 6 and jit_stats.replays > 0
+
+
+def test_symbolic_input_shape(dev: str) -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).sum()
+
+    base, bn = rand(10, dev=dev)
+    base.realize()
+    captured = None
+    for value in (2, 6, 9, 3):
+        n = Variable("n", 1, 10).bind(value)
+        out = f(base.shrink(((0, n),)))
+        np.testing.assert_allclose(out.numpy(), (bn[:value] * 2).sum(), rtol=1e-5)
+        if f.captured is not None:
+            captured = captured or f.captured
+            assert f.captured is captured  # no recapture for a new value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# errors
+
+
+def _warm(f: TinyJit, *args: Tensor) -> None:
+    for _ in range(2):
+        f(*args)
+
+
+def test_changed_shape_dtype_device_errors(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+    _warm(f, Tensor.ones(4, device=dev).contiguous(), Tensor.ones(4, device=dev).contiguous())
+    with pytest.raises(JitError, match=r"argument 1 changed shape.*\(4,\).*\(5,\)"):
+        f(Tensor.ones(4, device=dev).contiguous(), Tensor.ones(5, device=dev).contiguous())
+    with pytest.raises(JitError, match="argument 0 changed dtype"):
+        f(Tensor.ones(4, device=dev, dtype=dtypes.int32).contiguous(), Tensor.ones(4, device=dev).contiguous())
+    other = "PYTHON:1" if dev == "PYTHON" else "CLANG:1"
+    with pytest.raises(JitError, match="argument 0 changed device"):
+        f(Tensor.ones(4, device=other).contiguous(), Tensor.ones(4, device=dev).contiguous())
+    with pytest.raises(JitError, match="tensor input"):
+        f(Tensor.ones(4, device=dev).contiguous())
+
+
+def test_non_tensor_return_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> tuple[Tensor, int]:
+        return a + 1, 3
+
+    with pytest.raises(JitError, match=r"the return value\[1\] is a int"):
+        f(Tensor.ones(4, device=dev))
+
+
+def test_nested_jit_is_an_error(dev: str) -> None:
+    @TinyJit
+    def inner(a: Tensor) -> Tensor:
+        return a * 2
+
+    @TinyJit
+    def outer(a: Tensor) -> Tensor:
+        return inner(a) + 1
+
+    outer(Tensor.ones(4, device=dev))
+    with pytest.raises(JitError, match="nested"):
+        outer(Tensor.ones(4, device=dev))
+
+
+def test_assign_into_input_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        a.assign(a + 1).realize()
+        return a * 2
+
+    f(Tensor.ones(4, device=dev).contiguous())
+    with pytest.raises(JitError, match="writes into its input argument 0"):
+        f(Tensor.ones(4, device=dev).contiguous())
+
+
+def test_no_kernels_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a
+
+    f(Tensor.ones(4, device=dev).contiguous())
+    with pytest.raises(JitError, match="no kernels"):
+        f(Tensor.ones(4, device=dev).contiguous())
+
+
+def test_reading_data_during_capture_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        b = (a + 1).realize()
+        b.numpy()
+        return b
+
+    f(Tensor.ones(4, device=dev))
+    with pytest.raises(JitError, match="read a tensor's data"):
+        f(Tensor.ones(4, device=dev))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pruning, memory planning, batching
+
+
+def test_unused_kernels_are_pruned(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        (a * 3).realize()  # nobody sees this value
+        return a + 1
+
+    for i in range(3):
+        x, xn = rand(4, dev=dev, seed=i)
+        np.testing.assert_allclose(f(x).numpy(), xn + 1, rtol=1e-6)
+    assert f.captured is not None and len(f.captured.items) == 1
+
+
+def test_side_output_kept_when_alive(dev: str) -> None:
+    kept: dict[str, Tensor] = {}
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        kept["side"] = (a * 3).realize()
+        return a + 1
+
+    for i in range(3):
+        x, xn = rand(4, dev=dev, seed=i)
+        f(x)
+        np.testing.assert_allclose(kept["side"].numpy(), xn * 3, rtol=1e-6)
+    assert f.captured is not None and len(f.captured.items) == 2
+
+
+def test_prune_runs_input_independent_kernels_once(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        table = (Tensor.arange(4, device=dev).cast(dtypes.float) * 2).contiguous().realize()
+        return a + table
+
+    g = TinyJit(f.fn, prune=True)
+    for i in range(4):
+        x, xn = rand(4, dev=dev, seed=i)
+        np.testing.assert_allclose(g(x).numpy(), xn + np.arange(4) * 2, rtol=1e-6)
+        np.testing.assert_allclose(f(x).numpy(), xn + np.arange(4) * 2, rtol=1e-6)
+    assert g.captured is not None and f.captured is not None
+    assert len(g.captured.items) == len(f.captured.items) - 1
+
+
+def test_internal_buffers_are_memory_planned(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        for _ in range(6):
+            a = (a * 1.5 + 1).contiguous().realize()
+        return a.sum()
+
+    for i in range(3):
+        x, xn = rand(256, dev=dev, seed=i)
+        expected = xn.astype(np.float64)
+        for _ in range(6):
+            expected = expected * 1.5 + 1
+        np.testing.assert_allclose(f(x).numpy(), expected.sum(), rtol=1e-4)
+    captured = f.captured
+    assert captured is not None
+    internal = {id(b.base) for item in captured.items for b in item.bufs[1:2] if b is not None}
+    planned = [b for item in captured.items for b in item.bufs if b is not None and b.base is not b]
+    assert planned, "internal buffers should be views of a planned arena"
+    # six 1 KiB intermediates alternate between two places of one arena
+    assert len(internal) <= 3
+    assert max(b.base.nbytes for b in planned) <= 3 * 1024
+
+
+def test_graph_batches(dev: str) -> None:
+    if Device[dev].graph is None:
+        pytest.skip(f"{dev} has no graph runner")
+
+    def body(a: Tensor) -> Tensor:
+        for _ in range(10):
+            a = (a + 1).contiguous().realize()
+        return a
+
+    for batch, graphs in ((64, 1), (4, 3)):
+        with Context(JIT_BATCH_SIZE=batch):
+            f = TinyJit(body)
+            for i in range(3):
+                x, xn = rand(16, dev=dev, seed=i)
+                np.testing.assert_allclose(f(x).numpy(), xn + 10, rtol=1e-6)
+        assert f.captured is not None and len(f.captured.graphs) == graphs
+    before = GlobalCounters.kernel_count
+    f(rand(16, dev=dev)[0])
+    assert GlobalCounters.kernel_count - before == 10
+
+
+def test_reset_recaptures(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 2
+
+    _warm(f, Tensor.ones(4, device=dev).contiguous())
+    f.reset()
+    assert f.captured is None
+    for _ in range(3):
+        assert f(Tensor.ones(5, device=dev).contiguous()).tolist() == [2.0] * 5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pickling
+
+
+def test_captured_jit_pickles_in_process(dev: str) -> None:
+    w = Tensor(np.arange(4, dtype=np.float32), device=dev).realize()
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * w + 1).sum()
+
+    _warm(f, Tensor.ones(4, device=dev).contiguous())
+    assert f.captured is not None
+    clone = pickle.loads(pickle.dumps(f.captured))
+    assert isinstance(clone, CapturedJit)
+    g = TinyJit(captured=clone)
+    x, xn = rand(4, dev=dev)
+    np.testing.assert_allclose(g(x).numpy(), (xn * np.arange(4) + 1).sum(), rtol=1e-5)
+
+
+def test_captured_jit_replays_in_fresh_process(dev: str, tmp_path: object) -> None:
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return ((a + b) * Tensor([1.0, 2.0, 3.0, 4.0], device=dev)).relu()
+
+    _warm(f, Tensor([1.0, 2, 3, 4], device=dev), Tensor([5.0, 6, 7, 8], device=dev))
+    path = f"{tmp_path}/jit.pkl"
+    with open(path, "wb") as file:
+        pickle.dump(f.captured, file)
+    code = textwrap.dedent(
+        f"""
+        import pickle
+        from tinycore import Tensor, TinyJit
+        with open({path!r}, "rb") as file:
+            g = TinyJit(captured=pickle.load(file))
+        out = g(Tensor([1.0, -5.0, 2.0, 0.0], device={dev!r}), Tensor([1.0, 1.0, 1.0, 1.0], device={dev!r}))
+        print(out.tolist())
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[2.0, 0.0, 9.0, 4.0]"

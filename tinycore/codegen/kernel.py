@@ -1,0 +1,705 @@
+"""Kernel axes and optimizations: the hook points of the kernel optimizer.
+
+A `Kernel` wraps a lowered kernel (see `tinycore.codegen.lowerer.lower_ast`): its *axes* are the RANGE UOps of the
+graph, each with a size and an `AxisType`. Most optimizations (`Opt`) are **axis splits**: `Kernel.shift_to`
+replaces a range ``r`` of size ``n`` by ``r_outer * amount + r_new`` (or ``r_new * (n // amount) + r_outer`` with
+``top=True``) where ``r_new`` has the new axis type; the rest of the graph is untouched, so no lowering is redone.
+`Kernel.get_optimized_sink` then turns axis types into code:
+
+=================  ==============================================================================================
+axis type          becomes
+=================  ==============================================================================================
+``LOOP``           a loop; on a renderer with ``has_local`` (GPU style) a ``GLOBAL`` axis instead
+``GLOBAL``         a ``SPECIAL("gidxN")`` group id (at most 3; extra outer axes are merged into the last one)
+``LOCAL``          a ``SPECIAL("lidxN")`` local id
+``GROUP_REDUCE``   a local id; the partial reduce goes through shared memory (``DEFINE_LOCAL`` + ``BARRIER``),
+                   then every lane reduces the group's partials serially and lane 0 stores
+``REDUCE``         a loop around a ``DEFINE_REG`` accumulator
+``UPCAST``         (output axis) vector lanes (renderers with ``supports_float4``, `tinycore.codegen.expander`), or
+                   unrolled copies of the stores
+``UNROLL``         (reduce axis) vector lanes folded into the reduced value, or unrolled scalar copies
+``THREAD``         (CPU-style devices) the outer part of an output axis becomes ``SPECIAL("core_id")``, one per
+                   native thread; ``global_size[0]`` is the number of threads
+=================  ==============================================================================================
+
+Launch convention: ``global_size`` is the number of work-groups per dimension (``gidxN`` in ``[0, global_size[N])``)
+and ``local_size`` the work-items per group (``lidxN``); ``gidx0``/``lidx0`` are the innermost (fastest) axes.
+
+Which axis `Opt.axis` names:
+
+- ``LOCAL``/``UPCAST``/``THREAD``: an index into `Kernel.output_axes` (``LOOP``/``GLOBAL`` ranges);
+- ``GROUP``/``GROUPTOP``/``UNROLL``: an index into `Kernel.reduce_axes` (``REDUCE`` ranges);
+- ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to (the
+  extra iterations are masked: loads and stores gated, reduced values replaced by the reduce identity);
+- ``SWAP``: output axes ``axis`` and ``arg`` exchange their loop nesting (their axis ids);
+- ``TC``: ``axis`` picks one of `Kernel.tc_candidates` (a matmul-shaped reduce and its ``(i, j, k)`` axes), ``arg``
+  the index of the tensor core in ``renderer.tensor_cores`` (None: the first that fits the dtypes);
+- ``NOLOCALS``: no axis; no local ids from now on.
+
+``arg`` of a split is the amount (0 means the whole axis).
+
+>>> from tinycore.dtype import dtypes
+>>> from tinycore.uop.ops import UOp, Ops
+>>> from tinycore.codegen.lowerer import lower_ast
+>>> b0, b1 = UOp.define_global(0, dtypes.float, 4), UOp.define_global(1, dtypes.float, 64)
+>>> x = UOp(Ops.LOAD, dtypes.float, (b1,)).reshape((4, 16)).r(Ops.ADD, (1,))
+>>> from tinycore.runtime.python_device import PythonRenderer
+>>> k = Kernel(lower_ast(UOp.sink(b0.reshape((4, 1)).store(x))), PythonRenderer())
+>>> k.full_shape, [t.name for t in k.axis_types]
+((4, 16), ['LOOP', 'REDUCE'])
+>>> k.apply_opt(Opt(OptOps.GROUP, 0, 8)); k.full_shape, [t.name for t in k.axis_types]
+((4, 2, 8), ['LOOP', 'REDUCE', 'GROUP_REDUCE'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import TYPE_CHECKING, Any
+
+from tinycore.codegen.expander import MAX_ACCESS_WIDTH, expand_scalar, expand_vectors
+from tinycore.codegen.lowerer import (
+    lower_reduces,
+    map_nodes,
+    range_key,
+    reduce_identity,
+    scopes,
+    simplify_sink,
+    substitute_ranges,
+)
+from tinycore.dtype import AddrSpace, PtrDType, dtypes
+from tinycore.errors import TinycoreError
+from tinycore.helpers import prod
+from tinycore.uop.ops import AxisType, Ops, UOp, sint, ssimplify
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+
+if TYPE_CHECKING:
+    from tinycore.renderer import Renderer, TensorCore
+
+__all__ = ["Kernel", "KernelOptError", "Opt", "OptOps", "TCCandidate"]
+
+OUTPUT_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
+REDUCE_TYPES = (AxisType.GROUP_REDUCE, AxisType.REDUCE, AxisType.UNROLL)
+TC_LANE_AXIS = 1 << 24  # axis ids of tensor-core lane axes start here: they sort after (inside) every other axis
+
+
+class OptOps(Enum):
+    """The kinds of kernel optimization (tinygrad's names); see the module docstring for each one's axis/arg."""
+
+    TC = auto()
+    UPCAST = auto()
+    UNROLL = auto()
+    LOCAL = auto()
+    THREAD = auto()
+    GROUP = auto()
+    GROUPTOP = auto()
+    NOLOCALS = auto()
+    PADTO = auto()
+    SWAP = auto()
+
+    def __repr__(self) -> str:
+        return f"OptOps.{self.name}"
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+    """One optimization: `op` on axis `axis` (see the module docstring for how axes are counted) by `arg`.
+
+    >>> Opt(OptOps.LOCAL, 0, 4)
+    Opt(op=OptOps.LOCAL, axis=0, arg=4)
+    """
+
+    op: OptOps
+    axis: int | None = None
+    arg: Any = None
+
+
+class KernelOptError(TinycoreError, ValueError):
+    """An optimization that does not apply to this kernel (bad axis, size not divisible, over a device limit...)."""
+
+
+@dataclass(frozen=True)
+class TCCandidate:
+    """A matmul-shaped reduce a tensor core can compute: ``red = REDUCE(ADD, a * b)`` over reduce axis `k`, where
+    `a` depends on output axis `i` (rows) but not `j`, and `b` on `j` (columns) but not `i`. `din` is the dtype the
+    operands have before any cast to the accumulation dtype."""
+
+    red: UOp
+    a: UOp
+    b: UOp
+    i: UOp
+    j: UOp
+    k: UOp
+    din: Any
+
+
+def _size(r: UOp) -> sint:
+    end = r.src[0]
+    return end.arg if end.op is Ops.CONST else end
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise KernelOptError(msg)
+
+
+@dataclass
+class _FinalCtx:
+    next_local: int = 0
+    next_axis: int = 0
+    shared_max: int = 0
+    local_rngs: list[UOp] = field(default_factory=list)
+    scope_cache: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
+
+
+class Kernel:
+    """A lowered kernel plus the optimizations applied to it, seen as a list of axes.
+
+    - `sink`: the current lowered graph (RANGEs, INDEX/LOAD/STORE, kernel-level REDUCE); `base_sink`: the graph
+      before any optimization (the key of searches and caches); `ast`: the kernel AST when the caller set it;
+    - `rngs` / `full_shape` / `axis_types`: the axes, output axes first, each group by axis id;
+    - `apply_opt(opt)` validates and applies one `Opt` (raises `KernelOptError`), recording it in `applied_opts`;
+    - `get_optimized_sink()` returns the graph ready for linearization (launch ids, shared memory, registers),
+      and sets `global_size` / `local_size`.
+    """
+
+    def __init__(self, sink: UOp, renderer: Renderer | None = None):
+        self.sink = sink
+        self.base_sink = sink
+        self.ast: UOp | None = None
+        self.renderer = renderer
+        self.applied_opts: list[Opt] = []
+        self.use_locals = bool(renderer.has_local) if renderer is not None else False
+        self.has_reduce = any(u.op is Ops.REDUCE for u in sink.toposort())
+        ids = [r.arg[0] for r in self.rngs if isinstance(r.arg[0], int) and r.arg[0] < TC_LANE_AXIS]
+        self._next_axis = max(ids, default=-1) + 1
+        self._next_lane_axis = TC_LANE_AXIS
+        self.global_size: tuple[sint, ...] = (1, 1, 1)
+        self.local_size: tuple[sint, ...] = (1, 1, 1)
+
+    def copy(self) -> Kernel:
+        """An independent copy (the graph is immutable, so this is cheap): for trying opts in a search."""
+        k = Kernel.__new__(Kernel)
+        k.__dict__.update(self.__dict__)
+        k.applied_opts = list(self.applied_opts)
+        return k
+
+    # ----- the axes
+
+    @property
+    def rngs(self) -> list[UOp]:
+        """Every RANGE of the kernel: output axes first, then reduce axes; by axis id within each."""
+        rs = [u for u in self.sink.toposort() if u.op is Ops.RANGE]
+        return sorted(rs, key=lambda r: (r.arg[1] in REDUCE_TYPES, range_key(r)))
+
+    @property
+    def full_shape(self) -> tuple[sint, ...]:
+        """The size of every axis (ints, or symbolic UOps)."""
+        return tuple(_size(r) for r in self.rngs)
+
+    @property
+    def axis_types(self) -> list[AxisType]:
+        """The `AxisType` of every axis."""
+        return [r.arg[1] for r in self.rngs]
+
+    @property
+    def output_axes(self) -> list[UOp]:
+        """The output axes `LOCAL`/`UPCAST`/`THREAD` split (``LOOP`` and ``GLOBAL`` ranges)."""
+        return [r for r in self.rngs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+
+    @property
+    def reduce_axes(self) -> list[UOp]:
+        """The reduce axes `GROUP`/`GROUPTOP`/`UNROLL` split (``REDUCE`` ranges)."""
+        return [r for r in self.rngs if r.arg[1] is AxisType.REDUCE]
+
+    def axes_of(self, *types: AxisType) -> list[UOp]:
+        """The axes with one of `types`."""
+        return [r for r in self.rngs if r.arg[1] in types]
+
+    @property
+    def name(self) -> str:
+        """tinygrad-style display name: ``E_`` (elementwise) or ``r_`` (reduce) and the axis sizes."""
+        dims = [str(s) if isinstance(s, int) else _sym_name(s) for s in self.full_shape]
+        return ("r" if self.has_reduce else "E") + "".join(f"_{d}" for d in dims)
+
+    @property
+    def upcast_size(self) -> int:
+        """The number of lanes of the ``UPCAST``/``UNROLL`` axes together (vector width of the widest value)."""
+        return prod(s for s in (_size(r) for r in self.axes_of(AxisType.UPCAST, AxisType.UNROLL)) if isinstance(s, int))
+
+    @property
+    def buffers(self) -> list[UOp]:
+        """The kernel's ``DEFINE_GLOBAL``s, by argument index."""
+        return sorted({u for u in self.sink.toposort() if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)
+
+    # ----- splitting axes
+
+    def new_axis_id(self) -> int:
+        """A fresh axis id (higher than every existing one, so new loops nest inside older ones)."""
+        self._next_axis += 1
+        return self._next_axis - 1
+
+    def child_axis_id(self, rng: UOp) -> tuple[int, ...]:
+        """A fresh id for an axis split off `rng`: it sorts right after `rng` and before earlier splits of `rng`
+        (a later split of the outer part is the more significant one), so the lanes of upcast axes are ordered
+        like the memory they index (the innermost dimension's lanes fastest)."""
+        self._next_axis += 1
+        return (*range_key(rng)[0], -self._next_axis)
+
+    def shift_to(self, rng: UOp, amount: int, new_type: AxisType, top: bool = False) -> tuple[UOp, UOp]:
+        """Split axis `rng` (size ``n``, divisible by `amount`) into ``(outer, new)`` where `new` has size `amount`
+        and type `new_type`: ``rng = outer * amount + new`` (``top``: ``rng = new * (n // amount) + outer``)."""
+        size = _size(rng)
+        _check(isinstance(size, int), f"can't split the symbolic axis {rng.arg}")
+        _check(amount > 0 and size % amount == 0, f"axis of size {size} is not divisible by {amount}")
+        outer = UOp.range(size // amount, rng.arg[0], rng.arg[1])
+        new = UOp.range(amount, self.child_axis_id(rng), new_type)
+        expr = new * (size // amount) + outer if top else outer * amount + new
+        kept = (outer, new)
+        if size // amount == 1:
+            expr, kept = new, (new,)
+        self.sink = substitute_ranges(self.sink, {rng: (expr, kept)})
+        return outer, new
+
+    def _pick(self, axes: list[UOp], opt: Opt, kind: str) -> UOp:
+        _check(
+            isinstance(opt.axis, int) and 0 <= opt.axis < len(axes),
+            f"{opt}: no {kind} axis {opt.axis} (the kernel has {len(axes)})",
+        )
+        return axes[opt.axis]  # type: ignore[index]
+
+    def _amount(self, rng: UOp, opt: Opt) -> int:
+        size = _size(rng)
+        _check(isinstance(size, int), f"{opt}: axis has symbolic size {size}")
+        amt = size if opt.arg in (0, None) else opt.arg
+        _check(isinstance(amt, int) and amt > 0 and size % amt == 0, f"{opt}: axis of size {size} can't split by {amt}")
+        return amt
+
+    def apply_opt(self, opt: Opt) -> None:
+        """Apply one optimization (raises `KernelOptError` when it doesn't apply; the kernel is then unchanged)."""
+        saved = (self.sink, self.use_locals, self._next_axis, self._next_lane_axis)
+        try:
+            self._apply(opt)
+        except KernelOptError:
+            self.sink, self.use_locals, self._next_axis, self._next_lane_axis = saved
+            raise
+        self.applied_opts.append(opt)
+
+    def _apply(self, opt: Opt) -> None:  # noqa: C901 (one branch per op)
+        ren = self.renderer
+        if opt.op is OptOps.NOLOCALS:
+            _check(not self.axes_of(AxisType.LOCAL, AxisType.GROUP_REDUCE), "NOLOCALS after local axes exist")
+            self.use_locals = False
+        elif opt.op is OptOps.LOCAL:
+            _check(self.use_locals and ren is not None and ren.has_local, f"{opt}: the device has no local ids")
+            rng = self._pick(self.output_axes, opt, "output")
+            amt = self._amount(rng, opt)
+            self._check_local_size(amt)
+            self.shift_to(rng, amt, AxisType.LOCAL)
+        elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+            _check(
+                self.use_locals and ren is not None and ren.has_local and ren.has_shared,
+                f"{opt}: the device has no shared memory",
+            )
+            rng = self._pick(self.reduce_axes, opt, "reduce")
+            amt = self._amount(rng, opt)
+            self._check_local_size(amt)
+            self.shift_to(rng, amt, AxisType.GROUP_REDUCE, top=opt.op is OptOps.GROUPTOP)
+        elif opt.op is OptOps.THREAD:
+            _check(ren is not None and not ren.has_local, f"{opt}: THREAD is for CPU-style devices (no local ids)")
+            _check(not self.axes_of(AxisType.THREAD), f"{opt}: the kernel already has a THREAD axis")
+            rng = self._pick(self.output_axes, opt, "output")
+            self.shift_to(rng, self._amount(rng, opt), AxisType.THREAD, top=True)
+        elif opt.op is OptOps.UPCAST:
+            rng = self._pick(self.output_axes, opt, "output")
+            amt = self._amount(rng, opt)
+            _check(amt <= 16, f"{opt}: upcast by more than 16")
+            _check(self.upcast_size * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
+            self.shift_to(rng, amt, AxisType.UPCAST)
+        elif opt.op is OptOps.UNROLL:
+            rng = self._pick(self.reduce_axes, opt, "reduce")
+            amt = self._amount(rng, opt)
+            _check(amt <= 32, f"{opt}: unroll by more than 32")
+            _check(self.upcast_size * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
+            self.shift_to(rng, amt, AxisType.UNROLL)
+        elif opt.op is OptOps.PADTO:
+            self._padto(opt)
+        elif opt.op is OptOps.SWAP:
+            self._swap(opt)
+        elif opt.op is OptOps.TC:
+            self._tensor_core(opt)
+        else:
+            raise KernelOptError(f"{opt.op} is not implemented")
+
+    def apply_opts(self, opts: list[Opt]) -> Kernel:
+        """Apply `opts` in order; returns self."""
+        for opt in opts:
+            self.apply_opt(opt)
+        return self
+
+    def _check_local_size(self, extra: int) -> None:
+        sizes = [_size(r) for r in self.axes_of(AxisType.LOCAL, AxisType.GROUP_REDUCE)]
+        total = prod(s for s in sizes if isinstance(s, int)) * extra
+        limit = prod(self.renderer.local_max) if self.renderer is not None and self.renderer.local_max else 0
+        _check(total <= min(limit, 1024), f"a work-group of {total} work-items is over the limit")
+
+    # ----- PADTO and SWAP
+
+    def _padto(self, opt: Opt) -> None:
+        axes = self.output_axes + self.reduce_axes
+        rng = self._pick(axes, opt, "output or reduce")
+        size = _size(rng)
+        _check(isinstance(size, int), f"{opt}: axis has symbolic size {size}")
+        _check(isinstance(opt.arg, int) and 1 < opt.arg <= 256, f"{opt}: pad to a multiple of 2..256")
+        padded = -(-size // opt.arg) * opt.arg  # type: ignore[operator]
+        _check(padded != size, f"{opt}: axis of size {size} is already a multiple of {opt.arg}")
+        _check(padded <= 2 * size, f"{opt}: padding {size} to {padded} more than doubles the work")
+        new = UOp.range(padded, rng.arg[0], rng.arg[1])
+        valid = new < size
+        sink = substitute_ranges(self.sink, {rng: (new, (new,))})
+
+        def uses(u: UOp) -> bool:
+            return new in u.toposort()
+
+        def gate(u: UOp, src: tuple[UOp, ...]) -> UOp | None:
+            if u.op is Ops.INDEX and isinstance(u.dtype, PtrDType) and any(uses(s) for s in src[1:]):
+                g = valid if len(src) == 2 else src[2] & valid
+                return u.replace(src=(src[0], src[1], g))
+            if u.op is Ops.LOAD and len(src) == 1 and src[0].op is Ops.INDEX and len(src[0].src) == 3:
+                if len(u.src[0].src) == 2:  # the INDEX just got a gate: loads need an alt value
+                    return u.replace(src=(src[0], UOp.const(u.dtype, 0)))
+            if u.op is Ops.REDUCE and new in src[1:]:
+                ident = UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))
+                return u.replace(src=(valid.where(src[0], ident), *src[1:]))
+            return None
+
+        self.sink = map_nodes(sink, gate)
+
+    def _swap(self, opt: Opt) -> None:
+        axes = self.output_axes
+        a = self._pick(axes, opt, "output")
+        _check(isinstance(opt.arg, int) and 0 <= opt.arg < len(axes) and opt.arg != opt.axis, f"{opt}: bad arg")
+        b = axes[opt.arg]
+        a2, b2 = UOp.range(_size(a), b.arg[0], a.arg[1]), UOp.range(_size(b), a.arg[0], b.arg[1])
+        self.sink = substitute_ranges(self.sink, {a: (a2, (a2,)), b: (b2, (b2,))})
+
+    # ----- tensor cores
+
+    def tc_candidates(self, tc: TensorCore | None = None) -> list[TCCandidate]:
+        """Matmul-shaped reduces whose operands (after dropping casts to the accumulation dtype) have the tensor
+        core's input dtype and whose result has its output dtype (any dtypes when `tc` is None). Innermost axes
+        first."""
+        out: list[TCCandidate] = []
+        outputs = self.output_axes
+        for red in (u for u in self.sink.toposort() if u.op is Ops.REDUCE and u.arg is Ops.ADD):
+            value, gate = red.src[0], None
+            if value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg == 0:
+                gate, value = value.src[0], value.src[1]  # a padded reduce axis (PADTO): gate one operand
+            if value.op is not Ops.MUL:
+                continue
+            a, b = value.src
+            if gate is not None:
+                a = a.replace(src=(gate.where(a.src[0], 0),)) if a.op is Ops.CAST else gate.where(a, 0)
+            if a.op is Ops.CAST and b.op is Ops.CAST and a.src[0].dtype == b.src[0].dtype:
+                din = a.src[0].dtype
+            elif a.dtype == b.dtype:
+                din = a.dtype
+            else:
+                continue
+            if tc is not None and (din != tc.dtype_in or red.dtype != tc.dtype_out):
+                continue
+            ta, tb = a.toposort(), b.toposort()
+            ks = [r for r in red.src[1:] if r.arg[1] is AxisType.REDUCE and r in ta and r in tb]
+            is_ = [r for r in outputs if r in ta and r not in tb]
+            js = [r for r in outputs if r in tb and r not in ta]
+            for k in reversed(ks):
+                for i in reversed(is_):
+                    for j in reversed(js):
+                        out.append(TCCandidate(red, a, b, i, j, k, din))
+        return out
+
+    def _tensor_core(self, opt: Opt) -> None:
+        ren = self.renderer
+        _check(ren is not None and bool(ren.tensor_cores), f"{opt}: the renderer declares no tensor cores")
+        assert ren is not None
+        _check(self.use_locals and ren.has_local, f"{opt}: tensor cores need local ids")
+        _check(ren.supports_float4, f"{opt}: tensor cores need vector support")
+        _check(not self.axes_of(AxisType.LOCAL, AxisType.GROUP_REDUCE), f"{opt}: apply TC before LOCAL/GROUP")
+        choices = list(range(len(ren.tensor_cores))) if opt.arg in (None, -1) else [opt.arg]
+        _check(all(isinstance(c, int) and 0 <= c < len(ren.tensor_cores) for c in choices), f"{opt}: no such TC")
+        for choice in choices:
+            tc = ren.tensor_cores[choice]
+            cands = self.tc_candidates(tc)
+            if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(cands):
+                continue
+            cand = cands[opt.axis]
+            n, m, kk = tc.dims
+            si, sj, sk = _size(cand.i), _size(cand.j), _size(cand.k)
+            if not all(isinstance(s, int) for s in (si, sj, sk)) or si % m or sj % n or sk % kk:  # type: ignore[operator]
+                continue
+            self._check_local_size(tc.threads)
+            self._build_tc(cand, tc)
+            return
+        raise KernelOptError(f"{opt}: no tensor core fits this kernel (dtypes, matmul shape or divisibility)")
+
+    def _build_tc(self, cand: TCCandidate, tc: TensorCore) -> None:
+        n, m, kk = tc.dims
+        ea, eb, ec = tc.elements_per_thread
+
+        def part(r: UOp, amount: int) -> UOp:
+            size = _size(r)
+            return UOp.range(size // amount, r.arg[0], r.arg[1]) if size // amount > 1 else UOp.const(r.dtype, 0)  # type: ignore[operator]
+
+        i_o, j_o, k_o = part(cand.i, m), part(cand.j, n), part(cand.k, kk)
+        lane = UOp.range(tc.threads, self._next_lane_axis, AxisType.LOCAL)
+        self._next_lane_axis += 1
+        elems = [UOp.range(cnt, self.new_axis_id(), AxisType.UPCAST) if cnt > 1 else None for cnt in (ea, eb, ec)]
+
+        def coord(which: int, dim: int) -> UOp:
+            layout = tc.swizzle[which]
+            table = {(t, e): layout[t][e][dim] for t in range(tc.threads) for e in range(len(layout[0]))}
+            return _bit_affine(table, tc.threads, len(layout[0]), lane, elems[which])
+
+        a_sub = _strip_cast(cand.a, cand.din).substitute(
+            {cand.i: i_o * m + coord(0, 0), cand.k: k_o * kk + coord(0, 1)}
+        )
+        b_sub = _strip_cast(cand.b, cand.din).substitute(
+            {cand.k: k_o * kk + coord(1, 0), cand.j: j_o * n + coord(1, 1)}
+        )
+
+        def contract(x: UOp, e: UOp | None, cnt: int) -> UOp:
+            return x if e is None else UOp(Ops.CONTRACT, x.dtype.vec(cnt), (x,), ((e.arg[0], cnt),))
+
+        dout = tc.dtype_out
+        acc0 = UOp.const(dout.vec(ec) if ec > 1 else dout, 0)
+        arg = (tc.name, tc.dims, tc.threads, tc.elements_per_thread, tc.dtype_in, tc.dtype_out)
+        wmma = UOp(Ops.WMMA, acc0.dtype, (contract(a_sub, elems[0], ea), contract(b_sub, elems[1], eb), acc0), arg)
+        loops = [r for r in cand.red.src[1:] if r is not cand.k] + ([k_o] if k_o.op is Ops.RANGE else [])
+        red = UOp(Ops.REDUCE, wmma.dtype, (wmma, *loops), Ops.ADD) if loops else wmma
+        result = red if elems[2] is None else UOp(Ops.UNROLL, dout, (red,), ((elems[2].arg[0], ec),))
+        sink = self.sink.substitute({cand.red: result})
+        repl: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {}
+        for r, outer, amount, dim in ((cand.i, i_o, m, 0), (cand.j, j_o, n, 1)):
+            repl[r] = (outer * amount + coord(2, dim), (outer,) if outer.op is Ops.RANGE else ())
+        self.sink = substitute_ranges(sink, repl)
+
+    # ----- turning axis types into code
+
+    def get_optimized_sink(self) -> UOp:
+        """The kernel graph ready for linearization: UPCAST/UNROLL axes expanded into vector lanes (or scalar copies),
+        group reduces through shared memory, output axes mapped to launch ids (``has_local``) or loops, REDUCEs as
+        register accumulators, indices simplified. Sets `global_size` and `local_size`."""
+        ren = self.renderer
+        if ren is not None and ren.supports_float4:
+            sink = expand_vectors(self.sink, getattr(ren, "max_vector_access", MAX_ACCESS_WIDTH))
+        else:
+            try:
+                sink = expand_scalar(self.sink)
+            except ValueError as error:
+                raise KernelOptError(str(error)) from None
+        has_local = ren is not None and ren.has_local
+        if has_local:
+            sink = substitute_ranges(
+                sink,
+                {
+                    r: (g := r.replace(arg=(r.arg[0], AxisType.GLOBAL)), (g,))
+                    for r in sink.toposort()
+                    if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP
+                },
+            )
+        ctx = _FinalCtx(next_axis=self._next_axis, shared_max=ren.shared_max if ren is not None else 0)
+        sink = _group_reduces(sink, ctx)
+        all_rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=range_key)
+        globals_ = [r for r in all_rngs if r.arg[1] is AxisType.GLOBAL]
+        locals_ = [r for r in all_rngs if r.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)]
+        _check(has_local or not (globals_ or locals_), "the device has no launch ids for GLOBAL/LOCAL axes")
+        mapping: dict[UOp, UOp] = {}
+        threads = [r for r in all_rngs if r.arg[1] is AxisType.THREAD]
+        for r in threads:  # CPU threads: one SPECIAL("core_id"), global_size[0] of them
+            mapping[r] = UOp.special(_size(r), "core_id")
+        gsz = _launch_ids(globals_, "gidx", mapping) if not threads else [_size(threads[0])]
+        lsz = _launch_ids(locals_, "lidx", mapping)
+        if ren is not None and ren.local_max is not None:
+            for s, mx in zip(lsz, ren.local_max):
+                _check(not isinstance(s, int) or s <= mx, f"local size {lsz} is over the device's {ren.local_max}")
+        self.global_size = tuple(gsz) + (1,) * (3 - len(gsz))
+        self.local_size = tuple(lsz) + (1,) * (3 - len(lsz))
+        sink = sink.substitute(mapping)
+        regs = _RegCtx()
+        sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
+        sink = lower_reduces(sink, first_reg=regs.next_reg)
+        sink = graph_rewrite(sink, pm_wmma_accumulate, name="wmma_accumulate")
+        return simplify_sink(sink, name="simplify_kernel")
+
+
+@dataclass
+class _RegCtx:
+    next_reg: int = 0
+    scope_cache: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
+
+
+def _vector_reduce_to_register(ctx: _RegCtx, red: UOp) -> UOp | None:
+    """A REDUCE of a vector value: an accumulator of ``count`` scalar registers, each updated with its lane. (C
+    compilers turn the lane updates back into vector instructions; the PYTHON interpreter vectorizes each scalar
+    accumulation over the loop.)"""
+    value, rngs, op = red.src[0], red.src[1:], red.arg
+    if red.dtype.count == 1 or not rngs:
+        return None
+    lanes = red.dtype.count
+    outer = sorted(scopes(value, ctx.scope_cache)[value] - set(rngs), key=range_key)
+    acc = UOp(Ops.DEFINE_REG, red.dtype.scalar().ptr(lanes, AddrSpace.REG), (), ctx.next_reg)
+    ctx.next_reg += 1
+    ident = UOp.const(red.dtype.scalar(), reduce_identity(op, red.dtype))
+    inits = [acc.after(*outer).index(UOp.const(dtypes.index, e)).store(ident) for e in range(lanes)]
+    out = []
+    for e in range(lanes):
+        ptr = acc.after(*inits, *rngs).index(UOp.const(dtypes.index, e))
+        update = ptr.store(ptr.load().alu(op, value.gep(e)))
+        out.append(acc.after(update.end(*rngs)).index(UOp.const(dtypes.index, e)).load())
+    return UOp(Ops.VECTORIZE, red.dtype, tuple(out))
+
+
+pm_lower_vector_reduce = PatternMatcher(
+    [(UPat(Ops.REDUCE, name="red"), _vector_reduce_to_register)], name="lower_vector_reduce"
+)
+
+
+def _strip_cast(x: UOp, din: Any) -> UOp:
+    return x.src[0] if x.op is Ops.CAST and x.dtype != din and x.src[0].dtype == din else x
+
+
+def _bit_affine(table: dict[tuple[int, int], int], threads: int, count: int, lane: UOp, elem: UOp | None) -> UOp:
+    """An index expression of (lane, element) equal to `table` at every point, affine in the bits of both (how
+    tensor-core layouts are built); raises `KernelOptError` for a layout that isn't."""
+    _check(threads & (threads - 1) == 0 and count & (count - 1) == 0, "tensor core sizes must be powers of two")
+    c0 = table[(0, 0)]
+    lane_bits = [table[(1 << b, 0)] - c0 for b in range(threads.bit_length() - 1)]
+    elem_bits = [table[(0, 1 << b)] - c0 for b in range(count.bit_length() - 1)]
+    for (t, e), v in table.items():
+        want = (
+            c0
+            + sum(c for b, c in enumerate(lane_bits) if t >> b & 1)
+            + sum(c for b, c in enumerate(elem_bits) if e >> b & 1)
+        )
+        _check(want == v, "the tensor core layout is not affine in the lane/element bits")
+    expr: UOp = UOp.const(dtypes.index, c0)
+    for x, coefs in ((lane, lane_bits), (elem, elem_bits)):
+        if x is None:
+            continue
+        b = 0
+        while b < len(coefs):
+            if coefs[b] == 0:
+                b += 1
+                continue
+            start = b
+            while b + 1 < len(coefs) and coefs[b + 1] == 2 * coefs[b]:
+                b += 1
+            bits = (x // (1 << start) if start else x) % (1 << (b - start + 1))
+            expr = expr + bits * coefs[start]
+            b += 1
+    return expr.simplify()
+
+
+def _wmma_accumulate(p: UOp, ld: UOp, w: UOp) -> UOp | None:
+    """``acc = acc + WMMA(a, b, 0)`` -> ``acc = WMMA(a, b, acc)``."""
+    c = w.src[2]
+    zero = (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(v == 0 for v in c.arg))
+    if not zero or ld.src[0] is not p or ld.dtype != w.dtype:
+        return None
+    return p.store(w.replace(src=(w.src[0], w.src[1], ld)))
+
+
+pm_wmma_accumulate = PatternMatcher(
+    [
+        (
+            UPat(
+                Ops.STORE, src=(UPat.var("p"), UPat(Ops.ADD, src=[UPat(Ops.LOAD, name="ld"), UPat(Ops.WMMA, name="w")]))
+            ),
+            _wmma_accumulate,
+        )
+    ],
+    name="wmma_accumulate",
+)
+
+
+def _sym_name(s: UOp) -> str:
+    vars_ = sorted(v.arg[0] for v in s.toposort() if v.op is Ops.DEFINE_VAR)
+    return vars_[0] if len(vars_) == 1 and s.op is Ops.DEFINE_VAR else "s" + "".join(vars_)
+
+
+def _launch_ids(rngs: list[UOp], prefix: str, mapping: dict[UOp, UOp]) -> list[sint]:
+    """Map ranges (outer to inner) to at most 3 SPECIAL ids; ``prefix0`` is the innermost. Extra outer ranges are
+    merged into one id and recovered with division/modulo."""
+    groups = [rngs[: len(rngs) - 2], *([r] for r in rngs[len(rngs) - 2 :])] if len(rngs) > 3 else [[r] for r in rngs]
+    sizes: list[sint] = []
+    for n, grp in enumerate(reversed(groups)):
+        size = ssimplify(prod(_size(r) for r in grp))
+        special = UOp.special(size, f"{prefix}{n}")
+        sizes.append(size)
+        stride: sint = 1
+        for i, r in enumerate(reversed(grp)):
+            e = special if isinstance(stride, int) and stride == 1 else special // stride
+            mapping[r] = e if i == len(grp) - 1 else e % _size(r)
+            stride = stride * _size(r)
+    return sizes
+
+
+def _linear(rngs: list[UOp]) -> UOp:
+    out: UOp = UOp.const(dtypes.index, 0)
+    for r in rngs:
+        out = out * _size(r) + r
+    return out
+
+
+def _group_reduce(ctx: _FinalCtx, red: UOp) -> UOp | None:
+    grs = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
+    if not grs:
+        return None
+    others = [r for r in red.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE]
+    outer = scopes(red, ctx.scope_cache)[red]
+    _check(
+        all(r.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE) for r in outer),
+        "GROUP of a reduce nested inside a loop is not supported",
+    )
+    lanes = red.dtype.count
+    n_slots = prod(_size(r) for r in ctx.local_rngs) * lanes
+    nbytes = n_slots * red.dtype.scalar().itemsize
+    _check(nbytes <= ctx.shared_max, f"group reduce needs {nbytes} bytes of shared memory, over {ctx.shared_max}")
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *others), red.arg) if others else red.src[0]
+    lbuf = UOp(Ops.DEFINE_LOCAL, red.dtype.scalar().ptr(n_slots, AddrSpace.LOCAL), (), ctx.next_local)
+    ctx.next_local += 1
+    store = lbuf.index(_linear(ctx.local_rngs) * lanes).store(partial)
+    barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+    new = {r: UOp.range(_size(r), ctx.next_axis + i, AxisType.REDUCE) for i, r in enumerate(grs)}
+    ctx.next_axis += len(grs)
+    value = lbuf.after(barrier).index(_linear([new.get(r, r) for r in ctx.local_rngs]) * lanes).load(dtype=red.dtype)
+    return UOp(Ops.REDUCE, red.dtype, (value, *new.values()), red.arg)
+
+
+pm_group_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), _group_reduce)], name="group_reduce")
+
+
+def _group_reduces(sink: UOp, ctx: _FinalCtx) -> UOp:
+    """REDUCEs over GROUP_REDUCE ranges: per-lane partial reduce -> shared memory -> BARRIER -> serial reduce of
+    the group's partials; stores that don't depend on the group lanes are gated to lane 0."""
+    ctx.local_rngs = sorted(
+        (u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)),
+        key=range_key,
+    )
+    group_rngs = [r for r in ctx.local_rngs if r.arg[1] is AxisType.GROUP_REDUCE]
+    if not group_rngs:
+        return sink
+    sink = graph_rewrite(sink, pm_group_reduce, ctx=ctx, name="group_reduce")
+    stores = []
+    for st in sink.src:
+        ptr = st.src[0]
+        used = ptr.toposort()
+        gate = None
+        for g in group_rngs:
+            if g not in used:
+                gate = g.eq(0) if gate is None else gate & g.eq(0)
+        if gate is not None:
+            full_gate = gate if len(ptr.src) == 2 else ptr.src[2] & gate
+            st = st.replace(src=(ptr.replace(src=(ptr.src[0], ptr.src[1], full_gate)), st.src[1]))
+        stores.append(st)
+    return UOp.sink(*stores)

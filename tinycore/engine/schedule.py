@@ -1,0 +1,966 @@
+"""The scheduler: a tensor graph in, a list of `ScheduleItem(ast, bufs)` out (see `docs/pipeline.md`).
+
+Steps on a schedule-cache miss:
+
+1. **normalize**: one walk over the graph builds a structural key in which every `BUFFER` is replaced by its order of
+   first appearance (by the `Buffer` it stands for, so aliasing is part of the key) and every `BIND` loses its value;
+   nodes that an earlier realize already computed (the *realized table*) are read from their buffers;
+2. **simplify**: the `schedule:early` rewrite pass (drop `DETACH`, fold no-op movement ops, `CONTIGUOUS` of a buffer);
+3. **realize points**: outputs, `CONTIGUOUS`, `ASSIGN`, `COPY` (and a copy's source unless it is a plain buffer), a
+   value holding a reduce when it is broadcast (`EXPAND`) or reduced again, and a value holding a reduce that two
+   kernels need (recomputing it would repeat the reduction). Everything else is fused into the kernels that use it;
+4. **kernel ASTs**: the `schedule:kernel_ast` pass turns each kernel's region into ``SINK(STORE(target, value))``
+   with `LOAD(DEFINE_GLOBAL)` inputs;
+5. **order**: kernels sorted by dependencies, including read-before-assign (a kernel reading the old contents of X
+   runs before the kernel that assigns X);
+6. **memory plan**: internal buffers share arenas by lifetime (`tinycore.engine.memory`).
+
+The result is cached in terms of *slots* (input buffers by position, new buffers by spec); a cache hit runs only the
+key walk and builds the `ScheduleItem`s for the new buffers: no rewrite pass at all (`schedule_stats` counts both).
+
+**The realized table.** Every requested output that got a buffer is entered in a weak table, node -> buffer view,
+so any other graph still holding that node (UOps are hash-consed: rebuilding the same expression on the same inputs
+gives the same node) reads the buffer instead of recomputing it; entries die with their nodes, and nothing scans the
+live tensors. An entry stays valid while none of the buffers it was computed from is written: an ASSIGN (or a
+`buffer_written` call, e.g. from a JIT replay) drops it, so graphs built afterwards compute with the new contents.
+An ASSIGN's target gets a fresh BUFFER uop on the same `Buffer`, so graphs built after the write are new nodes.
+
+>>> from tinycore.dtype import dtypes
+>>> from tinycore.engine.schedule import new_buffer_uop, create_schedule_with_vars
+>>> x = new_buffer_uop("PYTHON", 4, dtypes.float)
+>>> one = UOp.const(dtypes.float, 1.0, "PYTHON").reshape((1,)).expand((4,))
+>>> items, var_vals = create_schedule_with_vars(UOp.sink(x + one))
+>>> len(items), items[0].ast.op, var_vals
+(1, Ops.SINK, {})
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tinycore.device import Buffer
+from tinycore.dtype import DType, dtypes
+from tinycore.helpers import DEBUG, prod
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+
+__all__ = [
+    "ScheduleItem",
+    "SCHEDULE_CACHE_LIMIT",
+    "ScheduleStats",
+    "buffer_of",
+    "buffer_written",
+    "clear_schedule_cache",
+    "create_schedule_with_vars",
+    "new_buffer_uop",
+    "realized_view",
+    "schedule_outputs",
+    "schedule_stats",
+]
+
+
+@dataclass(slots=True)
+class ScheduleItem:
+    """One step of a schedule: a kernel AST (``SINK`` of ``STORE``s) or a ``COPY``, and the buffers it runs on.
+
+    ``bufs[i]`` is bound to ``DEFINE_GLOBAL(arg=i)``; outputs come first. For a copy, ``bufs = (dest, src)``.
+    `metadata` is free-form (for now: a short description of what the kernel computes).
+    """
+
+    ast: UOp
+    bufs: tuple[Buffer, ...]
+    metadata: tuple[Any, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        """The buffers this item writes (one per STORE; the destination of a copy)."""
+        return self.bufs[: len(self.ast.src)] if self.ast.op is Ops.SINK else self.bufs[:1]
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        """The buffers this item only reads."""
+        return self.bufs[len(self.outputs) :]
+
+
+@dataclass
+class ScheduleStats:
+    """Counters of the scheduler (process-wide, reset with `reset()`): schedule-cache `hits` and `misses`, and
+    `rewrite_passes`, the number of `graph_rewrite` passes the scheduler ran (a hit runs none)."""
+
+    hits: int = 0
+    misses: int = 0
+    rewrite_passes: int = 0
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        self.hits = self.misses = self.rewrite_passes = 0
+
+
+schedule_stats = ScheduleStats()
+
+# ---------------------------------------------------------------------------------------------------------------
+# buffers of BUFFER uops, and the realized table
+
+_unique_ids = itertools.count()
+
+
+class _IdTable:
+    """A weak-keyed table of UOps keyed by `id` (UOps hash by identity): lookups cost one plain dict access, and an
+    entry disappears when its key uop is collected."""
+
+    __slots__ = ("data", "__weakref__")
+
+    def __init__(self) -> None:
+        self.data: dict[int, tuple[weakref.ReferenceType, Any]] = {}
+
+    def get(self, key: UOp) -> Any:
+        entry = self.data.get(id(key))
+        return entry[1] if entry is not None and entry[0]() is key else None
+
+    def __contains__(self, key: UOp) -> bool:
+        return self.get(key) is not None
+
+    def __setitem__(self, key: UOp, value: Any) -> None:
+        data, k = self.data, id(key)
+
+        def drop(ref: weakref.ReferenceType, k: int = k) -> None:
+            entry = data.get(k)
+            if entry is not None and entry[0] is ref:
+                del data[k]
+
+        self.data[k] = (weakref.ref(key, drop), value)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+# BUFFER uop -> the Buffer holding its data (the entry lives as long as the uop, i.e. as long as a graph uses it)
+_buffers = _IdTable()
+# a tensor-graph node computed by an earlier realize -> (the buffer view holding its value, write epoch, input buffers)
+_realized = _IdTable()
+# nodes whose graph holds no BUFFER and no BIND: the cache key names them by identity instead of walking them
+_pure = _IdTable()
+# writes into buffers that graphs may still read (ASSIGN, TinyJit replays): a global epoch, and per written buffer the
+# epoch of its last write; a realized-table entry records the epoch it was made at and the buffers it was computed
+# from, and is valid while none of them was written since (see `buffer_written`)
+_write_epoch = 0
+_last_write: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+_device_nodes: dict[str, UOp] = {}
+
+
+def _device_node(device: str) -> UOp:
+    node = _device_nodes.get(device)
+    if node is None:
+        node = _device_nodes[device] = UOp.device_node(device)
+    return node
+
+
+def new_buffer_uop(device: str, size: int, dtype: DType, buffer: Buffer | None = None) -> UOp:
+    """A fresh tensor-level `BUFFER` uop (new UNIQUE id) backed by `buffer` (default: a new, unallocated one).
+
+    >>> from tinycore.dtype import dtypes
+    >>> u = new_buffer_uop("PYTHON", 3, dtypes.int32)
+    >>> u.op, u.shape, buffer_of(u).size
+    (Ops.BUFFER, (3,), 3)
+    """
+    if buffer is None:
+        buffer = Buffer(device, size, dtype)
+    elif buffer.size != size or buffer.dtype != dtype:
+        raise ValueError(f"{buffer!r} can't back a BUFFER of {size} x {dtype}")
+    uop = UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids)), _device_node(device)), size)
+    _buffers[uop] = buffer
+    return uop
+
+
+def buffer_of(uop: UOp) -> Buffer:
+    """The `Buffer` behind a `BUFFER` uop, or behind the BUFFER under a view's movement ops (created, unallocated,
+    on first request for a uop made elsewhere)."""
+    buf = _buffers.get(uop)
+    if buf is None:
+        uop = _view_base(uop)
+        if uop.op is not Ops.BUFFER:
+            raise TypeError(f"buffer_of needs a BUFFER uop (or a view of one), got {uop.op}")
+        buf = _buffers.get(uop)
+        if buf is not None:
+            return buf
+        buf = _buffers[uop] = Buffer(uop.src[1].arg, uop.arg, uop.dtype)
+    return buf
+
+
+def buffer_written(buf: Buffer) -> None:
+    """Tell the scheduler that `buf`'s contents changed behind BUFFER uops that graphs may still use (an ASSIGN
+    into it, a TinyJit replay writing its outputs again): values computed from it are no longer taken from the
+    realized table, so graphs built afterwards compute with the new contents."""
+    global _write_epoch
+    _write_epoch += 1
+    _last_write[buf.base] = _write_epoch
+
+
+def _valid_view(entry: tuple[UOp, int, Sequence[Buffer]]) -> UOp | None:
+    """The view of a realized-table value, or None when one of the buffers it was computed from was written since."""
+    view, epoch, bufs = entry
+    if bufs and _last_write:
+        get = _last_write.get
+        for b in bufs:
+            written = get(b.base)
+            if written is not None and written > epoch:
+                return None
+    return view
+
+
+def realized_view(uop: UOp) -> UOp | None:
+    """The buffer view holding `uop`'s value when an earlier realize computed it (from inputs not written since),
+    else None."""
+    entry = _realized.get(uop)
+    return _valid_view(entry) if entry is not None else None
+
+
+def _view_base(u: UOp) -> UOp:
+    """`u` below its movement ops."""
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u
+
+
+def _plain_buffer(u: UOp) -> UOp | None:
+    """The BUFFER when `u` is a BUFFER seen through RESHAPEs only (its elements in storage order), else None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the cache key walk (the only graph work on a cache hit)
+
+
+class _Walk:
+    """The result of normalizing a graph: its key, its input buffers in slot order, bound variables, realized nodes.
+
+    The key lists one entry per node (sources by position); a BUFFER is `(BUFFER, dtype, size, device, slot)` where
+    slot numbers the distinct `Buffer`s by first appearance, a BIND keeps only its variable, and a sub-graph without
+    buffers or binds (constants, broadcasts of constants) is named by its hash-consed node itself, so it costs one
+    lookup. A node computed by an earlier realize stands for the buffer view holding it.
+    """
+
+    __slots__ = (
+        "key",
+        "in_uops",
+        "in_bufs",
+        "slot_of",
+        "var_vals",
+        "subst",
+        "_binds",
+        "_slot_by_buf",
+        "_index",
+        "_enc",
+    )
+
+    def __init__(self, roots: Sequence[UOp]):
+        self.in_uops: list[UOp] = []
+        self.in_bufs: list[Buffer] = []
+        self.slot_of: dict[UOp, int] = {}
+        self.subst: dict[UOp, UOp] = {}
+        self._binds: dict[UOp, int] = {}
+        self._slot_by_buf: dict[int, int] = {}
+        self._index: dict[UOp, int] = {}
+        self._enc: list[Any] = []
+        try:
+            root_ids = tuple(self._visit(r) for r in roots)
+        except RecursionError:  # a very deep graph: visit it sources first, so the recursion stays shallow
+            self.in_uops, self.in_bufs, self.slot_of, self.subst = [], [], {}, {}
+            self._binds, self._slot_by_buf, self._index, self._enc = {}, {}, {}, []
+            for r in roots:
+                for node in r.toposort(gate=lambda n: realized_view(n) is None and _pure.get(n) is None):
+                    self._visit(node)
+            root_ids = tuple(self._visit(r) for r in roots)
+        self.key = (tuple(self._enc), root_ids)
+        self.var_vals = {var.arg[0]: value for var, value in self._binds.items()} if self._binds else {}
+
+    def _visit(self, node: UOp) -> Any:
+        """The key reference of `node`: its position in the key, or the node itself when its sub-graph holds no
+        buffer and no bind (then it is never given a position, so the key does not depend on whether the purity
+        was known before this walk)."""
+        index = self._index
+        i = index.get(node)
+        if i is not None:
+            return i
+        op = node.op
+        if op in _KEY_LEAVES:
+            return node
+        if op is Ops.BUFFER:
+            buf = _buffers.get(node)
+            if buf is None:
+                buf = buffer_of(node)
+            slot = self._slot_by_buf.get(id(buf))
+            if slot is None:
+                slot = self._slot_by_buf[id(buf)] = len(self.in_bufs)
+                self.in_bufs.append(buf)
+                self.in_uops.append(node)
+            self.slot_of[node] = slot
+            item: Any = (Ops.BUFFER, node.dtype, node.arg, node.src[1].arg, slot)
+        elif op is Ops.BIND:
+            var, value = node.src[0], node.src[1].arg
+            if self._binds.setdefault(var, value) != value:
+                raise ValueError(f"variable {var.arg[0]!r} is bound to both {self._binds[var]} and {value}")
+            item = (Ops.BIND, var)
+        else:
+            entry = _pure_data.get(id(node))
+            if entry is not None and entry[0]() is node:
+                return node  # a realized pure node is recomputed from its constants: same values, no buffer read
+            entry = _realized_data.get(id(node))
+            if entry is not None and entry[0]() is node:
+                view = _valid_view(entry[1])
+                if view is not None:
+                    self.subst[node] = view
+                    ref = index[node] = self._visit(view)
+                    return ref
+            srcs = []
+            pure = True
+            for s in node.src:
+                ref = index.get(s)
+                if ref is None:
+                    entry = _pure_data.get(id(s))
+                    ref = s if (entry is not None and entry[0]() is s) or s.op in _KEY_LEAVES else self._visit(s)
+                if pure and type(ref) is int:
+                    pure = False
+                srcs.append(ref)
+            arg = node.arg
+            if op in _MOVEMENT and _is_symbolic_arg(arg):
+                arg, pure = _strip_binds(arg, self._binds), False
+            if pure:
+                _pure[node] = True
+                return node
+            item = (op, node.dtype, arg, node.tag, *srcs)
+        enc = self._enc
+        i = index[node] = len(enc)
+        enc.append(item)
+        return i
+
+
+_KEY_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.UNIQUE, Ops.VCONST})
+_MOVEMENT = GroupOp.Movement
+_pure_data = _pure.data
+_realized_data = _realized.data
+_symbolic_args: dict[Any, bool] = {}
+
+
+def _is_symbolic_arg(arg: Any) -> bool:
+    """True when a movement arg holds UOps (symbolic sizes); memoized by arg."""
+    try:
+        return _symbolic_args[arg]
+    except KeyError:
+        pass
+    except TypeError:
+        return _has_uop(arg)
+    flag = _has_uop(arg)
+    if len(_symbolic_args) > 65536:
+        _symbolic_args.clear()
+    _symbolic_args[arg] = flag
+    return flag
+
+
+def _has_uop(arg: Any) -> bool:
+    if isinstance(arg, UOp):
+        return True
+    return isinstance(arg, tuple) and any(_has_uop(a) for a in arg)
+
+
+def _strip_binds(arg: Any, var_vals: dict[UOp, int]) -> Any:
+    """A symbolic movement arg with its BIND values removed (recorded in `var_vals`)."""
+    if isinstance(arg, tuple):
+        return tuple(_strip_binds(a, var_vals) for a in arg)
+    if isinstance(arg, UOp):
+        unbound, values = arg.unbind_all()
+        for var, value in values.items():
+            if var_vals.setdefault(var, value) != value:
+                raise ValueError(f"variable {var.arg[0]!r} is bound to both {var_vals[var]} and {value}")
+        return unbound
+    return arg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cache entries: a schedule in terms of slots
+
+
+@dataclass
+class _Output:
+    """How a requested output's new uop is built: movement `chain` over the BUFFER of `slot` (`fresh`: a new BUFFER
+    uop for that slot even when it is an input, as after an ASSIGN)."""
+
+    slot: int
+    fresh: bool
+    chain: tuple[tuple[Ops, Any], ...]
+    depth: int = 0  # movement ops between the root and the node that was computed into the buffer
+    above: tuple[tuple[Ops, Any], ...] = ()  # those movement ops, root first
+    point_op: Ops | None = None  # the op of the computed node
+
+
+@dataclass
+class _Entry:
+    """A cached schedule. Slots ``< n_inputs`` are the input buffers; the others are new buffers `new_specs`
+    ``(device, size, dtype)``; `internal` slots live only inside the schedule and take their memory from `plan`."""
+
+    n_inputs: int
+    new_specs: list[tuple[str, int, DType]]
+    items: list[tuple[UOp, tuple[int, ...], tuple[Any, ...]]]
+    outputs: list[_Output | None]
+    internal: frozenset[int]
+    plan: Any = None  # tinycore.engine.memory.SlotPlan
+    out_slots: tuple[int, ...] = ()
+    written_inputs: tuple[int, ...] = ()  # input slots that an ASSIGN writes
+
+    def materialize(self, walk: _Walk) -> tuple[list[ScheduleItem], list[UOp | None]]:
+        """ScheduleItems on this call's buffers, and the new uop of each requested output (None: unchanged)."""
+        bufs: list[Buffer] = list(walk.in_bufs)
+        planned = self.plan.buffers(self.new_specs, self.n_inputs) if self.plan is not None else {}
+        for i, (device, size, dtype) in enumerate(self.new_specs):
+            slot = self.n_inputs + i
+            bufs.append(planned[slot] if slot in planned else Buffer(device, size, dtype))
+        items = [ScheduleItem(ast, tuple([bufs[s] for s in slots]), meta) for ast, slots, meta in self.items]
+        new_uops: list[UOp | None] = []
+        made: dict[int, UOp] = {}
+        for out in self.outputs:
+            if out is None:
+                new_uops.append(None)
+                continue
+            base = made.get(out.slot)
+            if base is None:
+                if out.slot < self.n_inputs and not out.fresh:
+                    base = walk.in_uops[out.slot]
+                else:
+                    buf = bufs[out.slot]
+                    base = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+                made[out.slot] = base
+            view = base
+            for op, arg in out.chain:
+                view = UOp(op, view.dtype, (view,), arg)
+            new_uops.append(view)
+        return items, new_uops
+
+
+_schedule_cache: dict[Any, _Entry] = {}
+SCHEDULE_CACHE_LIMIT = 4096  # entries; the oldest is dropped beyond (graphs whose constants change every step)
+
+
+def clear_schedule_cache() -> None:
+    """Forget every cached schedule (the next realize of each graph schedules it again)."""
+    _schedule_cache.clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# public entry points
+
+
+def schedule_outputs(roots: Sequence[UOp]) -> tuple[list[ScheduleItem], dict[str, int], list[UOp | None]]:
+    """Schedule the computation of `roots` (tensor-level uops).
+
+    Returns the items, the variable values (by name) and, per root, the uop that now holds its value (a view of a
+    buffer; None when the root needs no buffer, e.g. a broadcast constant). Every root that got a buffer is entered
+    in the realized table, so other graphs that contain it read the buffer instead of recomputing it.
+    A `MULTI` root (a sharded tensor) is scheduled shard by shard in the same schedule (`tinycore.engine.multi`).
+    """
+    if any(r.op is Ops.MULTI for r in roots):
+        from tinycore.engine.multi import schedule_multi
+
+        return schedule_multi(roots, schedule_outputs)
+    entry, walk = _lookup(roots)
+    items, new_uops = entry.materialize(walk)
+    for slot in entry.written_inputs:  # ASSIGN targets: values computed from their old contents are stale now
+        buffer_written(walk.in_bufs[slot])
+    stamp = (_write_epoch, walk.in_bufs)
+    for root, new, out in zip(roots, new_uops, entry.outputs):
+        if new is None or new is root:
+            continue
+        if _view_base(root).op is Ops.ASSIGN:
+            _realized[root] = (new, 0, ())  # the assigned buffer stays the value (re-running it would write twice)
+            continue
+        if entry.written_inputs:
+            continue  # computed from contents this very schedule overwrites: not worth remembering
+        _realized[root] = (new, *stamp)
+        if out is not None and out.depth:  # the computed node below the root's movement ops reads its buffer too
+            node = root
+            for op, arg in out.above:  # only when the root's own chain is the one that was scheduled
+                if node.op is not op or node.arg != arg:
+                    break
+                node = node.src[0]
+            else:
+                if node.op is out.point_op and node not in _realized and node.op is not Ops.ASSIGN:
+                    buf = _view_base(new)
+                    _realized[node] = (buf.reshape(node.shape) if buf.shape != node.shape else buf, *stamp)
+    return items, walk.var_vals, new_uops
+
+
+def create_schedule_with_vars(sink: UOp) -> tuple[list[ScheduleItem], dict[str, int]]:
+    """Schedule every source of `sink` (a `SINK` of tensor-level uops): ``(items, {variable name: value})``.
+
+    The realized table is updated as in `schedule_outputs`; run the items with
+    `tinycore.engine.realize.run_schedule` before reading the outputs.
+    """
+    if sink.op is not Ops.SINK:
+        raise TypeError(f"create_schedule_with_vars needs a SINK, got {sink.op}")
+    items, var_vals, _ = schedule_outputs(sink.src)
+    return items, var_vals
+
+
+def _lookup(roots: Sequence[UOp]) -> tuple[_Entry, _Walk]:
+    walk = _Walk(roots)
+    entry = _schedule_cache.get(walk.key)
+    if entry is not None:
+        schedule_stats.hits += 1
+        return entry, walk
+    schedule_stats.misses += 1
+    entry = _Scheduler(roots, walk).entry
+    if len(_schedule_cache) >= SCHEDULE_CACHE_LIMIT:
+        del _schedule_cache[next(iter(_schedule_cache))]
+    _schedule_cache[walk.key] = entry
+    if DEBUG >= 3:
+        _print_entry(entry)
+    return entry, walk
+
+
+def _print_entry(entry: _Entry) -> None:
+    print(f"scheduled {len(entry.items)} item(s), {entry.n_inputs} input(s), {len(entry.new_specs)} new buffer(s)")
+    for i, (ast, slots, meta) in enumerate(entry.items):
+        kind = "copy" if ast.op is Ops.COPY else f"kernel {len(ast.toposort())} uops"
+        print(f"  {i:3d} {kind:18s} slots {slots} {' '.join(map(str, meta))}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the early rewrite pass (tensor level)
+
+
+def _noop_movement(x: UOp) -> UOp | None:
+    src = x.src[0]
+    if x.op is Ops.RESHAPE or x.op is Ops.EXPAND:
+        return src if tuple(x.arg) == src.shape else None
+    if x.op is Ops.PERMUTE:
+        return src if tuple(x.arg) == tuple(range(len(x.arg))) else None
+    if x.op is Ops.PAD:
+        return src if all(b == 0 and a == 0 for b, a in x.arg) else None
+    if x.op is Ops.SHRINK:
+        return src if all(b == 0 and e == s for (b, e), s in zip(x.arg, src.shape)) else None
+    return src if not any(x.arg) else None  # FLIP
+
+
+def _contiguous_of_buffer(x: UOp) -> UOp | None:
+    return x.src[0] if _plain_buffer(x.src[0]) is not None else None
+
+
+def _copy_same_device(x: UOp) -> UOp | None:
+    return x.src[0] if x.src[0].device == x.src[1].arg else None
+
+
+pm_early = PatternMatcher(
+    [
+        (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),
+        (
+            UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, name="inner"),), name="x"),
+            lambda x, inner: inner.src[0].reshape(x.arg),
+        ),
+        (UPat(GroupOp.Movement, name="x"), _noop_movement),
+        (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.CONTIGUOUS, name="c"),)), lambda c: c),
+        (UPat(Ops.CONTIGUOUS, name="x"), _contiguous_of_buffer),
+        (UPat(Ops.COPY, name="x"), _copy_same_device),
+    ],
+    name="schedule:early",
+)
+
+
+def _rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False) -> UOp:
+    schedule_stats.rewrite_passes += 1
+    return graph_rewrite(sink, pm, ctx=ctx, bottom_up=bottom_up, name=pm.name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kernel ASTs
+
+
+class _AstCtx:
+    """Per-kernel state of the `schedule:kernel_ast` pass: which nodes become loads, and the kernel's slots."""
+
+    def __init__(self, sched: _Scheduler, root: UOp, out_slot: int):
+        self.sched, self.root = sched, root
+        self.slots: list[int] = [out_slot]
+
+    def global_for(self, slot: int) -> UOp:
+        """DEFINE_GLOBAL of this kernel for `slot` (appended to the kernel's buffers on first use)."""
+        if slot not in self.slots:
+            self.slots.append(slot)
+        device, size, dtype = self.sched.slot_spec(slot)
+        return UOp.define_global(self.slots.index(slot), dtype, size)
+
+    def load_for(self, x: UOp) -> UOp | None:
+        """The LOAD (through the right view) replacing a BUFFER or an other kernel's output inside this kernel."""
+        if x is self.root:
+            return None
+        sched = self.sched
+        if x.op is Ops.BUFFER:
+            return _load(self.global_for(sched.walk.slot_of[x]))
+        if x not in sched.slot_of_point:
+            return None
+        return sched.point_view(x, lambda slot: _load(self.global_for(slot)))
+
+
+def _load(dg: UOp) -> UOp:
+    return UOp(Ops.LOAD, dg.dtype.base, (dg,))
+
+
+def _unbind_arg(x: UOp) -> UOp | None:
+    if not _is_symbolic_arg(x.arg):
+        return None
+    stripped = _strip_binds(x.arg, {})
+    return x.replace(arg=stripped) if stripped != x.arg else None
+
+
+pm_kernel_ast = PatternMatcher(
+    [
+        (UPat(name="x"), lambda ctx, x: ctx.load_for(x)),
+        (UPat(Ops.CONST, src=(UPat(Ops.DEVICE),), name="c"), lambda c: UOp(Ops.CONST, c.dtype, (), c.arg)),
+        (UPat(Ops.BIND, name="b"), lambda b: b.src[0]),
+        (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),
+        (UPat(GroupOp.Movement, name="x"), _unbind_arg),
+    ],
+    name="schedule:kernel_ast",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the scheduler proper (cache misses only)
+
+
+class _Scheduler:
+    """Builds the cache entry of one graph (see the module docstring for the steps)."""
+
+    def __init__(self, roots: Sequence[UOp], walk: _Walk):
+        self.walk = walk
+        sink = UOp.sink(*roots)
+        if walk.subst:
+            sink = sink.substitute(walk.subst)
+        sink = _rewrite(sink, pm_early)
+        self.roots = sink.src
+        self.topo = list(sink.toposort(gate=lambda _: True))  # uncached: a cached toposort keeps the graph alive
+        self.consumers: dict[UOp, list[UOp]] = {u: [] for u in self.topo}
+        for u in self.topo:
+            for s in u.src:
+                self.consumers[s].append(u)
+        self.points: dict[UOp, None] = {}  # realize points, in the order they were found
+        self.slot_of_point: dict[UOp, int] = {}
+        self.new_specs: list[tuple[str, int, DType]] = []
+        self._find_points()
+        self._assign_slots()
+        self.entry = self._build()
+
+    # ----- realize points
+
+    def _mark(self, u: UOp) -> None:
+        if u.op not in _LEAVES:
+            self.points[u] = None
+
+    def _find_points(self) -> None:
+        points = self.points
+        for r in self.roots:
+            self._mark(_output_point(r))
+        for u in self.topo:
+            if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+                self._mark(u)
+            elif u.op is Ops.COPY:
+                self._mark(u)
+                src = _strip_reshapes(u.src[0])
+                if src.op is not Ops.BUFFER:
+                    self._mark(src)
+        # a value holding a reduce that is broadcast or reduced again is computed once, into its own buffer
+        feeds: dict[UOp, bool] = {}
+        for u in reversed(self.topo):
+            feeds[u] = u not in points and any(
+                c.op is Ops.REDUCE_AXIS
+                or (c.op is Ops.EXPAND and tuple(c.arg) != u.shape)
+                or (c.op in GroupOp.Movement and feeds[c])
+                for c in self.consumers[u]
+            )
+        has_reduce: dict[UOp, bool] = {}
+        for u in self.topo:
+            flag = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] and s not in points for s in u.src)
+            if flag and feeds[u] and u.op not in GroupOp.Movement:
+                self._mark(u)
+            has_reduce[u] = flag
+        # an ASSIGN whose value reads the target buffer through another view: compute the value first
+        for u in self.topo:
+            if u.op is Ops.ASSIGN and self._assign_hazard(u):
+                self._mark(u.src[1])
+        # a value holding a reduce that several kernels need is computed once
+        groups: dict[UOp, set[UOp]] = {}
+        for u in reversed(self.topo):
+            g: set[UOp] = set()
+            for c in self.consumers[u]:
+                if c in points:
+                    g.add(c)
+                elif c.op is not Ops.SINK:
+                    g |= groups[c]
+            if len(g) > 1 and has_reduce[u] and u not in points and u.op not in GroupOp.Movement:
+                self._mark(u)
+            groups[u] = g
+
+    def _region(self, value: UOp) -> list[UOp]:
+        """The nodes of the kernel computing `value`; other kernels' outputs are included as leaves."""
+        seen: dict[UOp, None] = {}
+        stack = [value]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen[n] = None
+            if n is not value and n in self.points:
+                continue
+            stack.extend(n.src)
+        return list(seen)
+
+    def _value_of(self, p: UOp) -> UOp:
+        """What kernel `p` computes (its source for CONTIGUOUS, COPY and ASSIGN)."""
+        if p.op is Ops.ASSIGN:
+            return p.src[1]
+        return p.src[0] if p.op in (Ops.CONTIGUOUS, Ops.COPY) else p
+
+    def _buffer_slot(self, u: UOp) -> int | None:
+        """The input slot a view (movement ops over a BUFFER or an ASSIGN) reads, None for other values."""
+        base = _view_base(u)
+        while base.op is Ops.ASSIGN:
+            base = _view_base(base.src[0])
+        return self.walk.slot_of[base] if base.op is Ops.BUFFER else None
+
+    def _view_signature(self, u: UOp) -> tuple[int | None, tuple[tuple[Ops, Any], ...]]:
+        chain: list[tuple[Ops, Any]] = []
+        while u.op in GroupOp.Movement:
+            chain.append((u.op, u.arg))
+            u = u.src[0]
+        return self._buffer_slot(u), tuple(chain)
+
+    def _assign_hazard(self, a: UOp) -> bool:
+        """True when the value of ASSIGN `a` reads the target's buffer through a view other than the target's."""
+        target, value = a.src
+        slot = self._buffer_slot(target)
+        if slot is None or value in self.points:
+            return False
+        wanted = self._view_signature(target)
+        reads: list[UOp] = [value] if value.op in GroupOp.Movement or value.op in (Ops.BUFFER, Ops.ASSIGN) else []
+        for n in self._region(value):
+            if n.op in GroupOp.Movement or (n in self.points and n is not value):
+                continue
+            reads.extend(s for s in n.src if s.op in GroupOp.Movement or s.op in (Ops.BUFFER, Ops.ASSIGN))
+        return any(self._buffer_slot(s) == slot and self._view_signature(s) != wanted for s in reads)
+
+    # ----- buffers of realize points
+
+    def slot_spec(self, slot: int) -> tuple[str, int, DType]:
+        """`(device, size, dtype)` of a slot."""
+        n = len(self.walk.in_bufs)
+        if slot < n:
+            buf = self.walk.in_bufs[slot]
+            return buf.device, buf.size, buf.dtype
+        return self.new_specs[slot - n]
+
+    def _device_of(self, p: UOp) -> str:
+        device = p.device
+        if device is None:
+            device = next(
+                (
+                    n.device
+                    for n in self._region(self._value_of(p))
+                    if n.op in (Ops.BUFFER, Ops.CONST) and n.device is not None
+                ),
+                None,
+            )
+        if device is None:
+            from tinycore.device import Device
+
+            device = Device.DEFAULT
+        if isinstance(device, tuple):
+            raise NotImplementedError(
+                f"{p.op} on devices {device} below the top of the graph: build multi-device values through "
+                "Tensor.shard, or push MULTI up first with tinycore.engine.multi.to_multi"
+            )
+        return device
+
+    def _assign_slots(self) -> None:
+        n_in = len(self.walk.in_bufs)
+        for p in self.points:
+            if p.op is Ops.ASSIGN:
+                slot = self._buffer_slot(p.src[0])
+                if slot is None:
+                    raise RuntimeError(f"can't assign into a {_view_base(p.src[0]).op} that is not a buffer")
+                self.slot_of_point[p] = slot
+                continue
+            shape = p.shape
+            if shape is None or not all(isinstance(d, int) for d in shape):
+                raise NotImplementedError(f"can't allocate a buffer for {p.op} of shape {shape}")
+            self.slot_of_point[p] = n_in + len(self.new_specs)
+            self.new_specs.append((self._device_of(p), prod(shape), p.dtype))
+
+    def point_view(self, p: UOp, leaf: Any) -> UOp:
+        """The value of realize point `p` read from its buffer: `leaf(slot)` (the flat buffer) through the right
+        movement ops."""
+        if p.op is Ops.ASSIGN:
+            return self.rebase(p.src[0], leaf)
+        slot = self.slot_of_point[p]
+        flat = leaf(slot)
+        size = self.slot_spec(slot)[1]
+        return flat.reshape(p.shape) if p.shape != (size,) else flat
+
+    def rebase(self, view: UOp, leaf: Any) -> UOp:
+        """`view` (movement ops over a BUFFER or a realize point) rebuilt over `leaf(slot)`."""
+        chain: list[UOp] = []
+        node = view
+        while node.op in GroupOp.Movement:
+            chain.append(node)
+            node = node.src[0]
+        out = leaf(self.walk.slot_of[node]) if node.op is Ops.BUFFER else self.point_view(node, leaf)
+        for m in reversed(chain):
+            out = UOp(m.op, m.dtype, (out,), m.arg)
+        return out
+
+    # ----- kernels
+
+    def _kernel(self, p: UOp) -> tuple[UOp, tuple[int, ...], tuple[Any, ...]]:
+        out_slot = self.slot_of_point[p]
+        device, size, dtype = self.slot_spec(out_slot)
+        if p.op is Ops.COPY:
+            src = _strip_reshapes(p.src[0])
+            src_slot = self.walk.slot_of[src] if src.op is Ops.BUFFER else self.slot_of_point[src]
+            ast = UOp(Ops.COPY, dtype, (UOp.define_global(1, dtype, size), _device_node(device)))
+            return ast, (out_slot, src_slot), ("copy",)
+        ctx = _AstCtx(self, p, out_slot)
+        out_global = UOp.define_global(0, dtype, size)
+        if p.op is Ops.ASSIGN:
+            target = self.rebase(p.src[0], lambda slot: out_global if slot == out_slot else ctx.global_for(slot))
+        else:
+            target = out_global.reshape(p.shape) if p.shape != (size,) else out_global
+        value = self._value_of(p)
+        if value is p:  # the kernel's own root must not become a load: rewrite below it
+            new_src = _rewrite(UOp.sink(*p.src), pm_kernel_ast, ctx, bottom_up=True).src
+            value = p.replace(src=new_src)
+            if p.op in GroupOp.Movement:
+                value = _unbind_arg(value) or value
+        else:
+            value = _rewrite(UOp.sink(value), pm_kernel_ast, ctx, bottom_up=True).src[0]
+        ast = UOp.sink(UOp(Ops.STORE, dtypes.void, (target, value)))
+        return ast, tuple(ctx.slots), (p.op.name.lower(),)
+
+    def _build(self) -> _Entry:
+        from tinycore.engine.memory import plan_slots
+
+        points = list(self.points)
+        kernels = {p: self._kernel(p) for p in points}
+        # an empty output has nothing to compute: its (empty) buffer is made, no kernel runs
+        items = [kernels[p] for p in self._order(points) if self.slot_spec(self.slot_of_point[p])[1] != 0]
+        n_in = len(self.walk.in_bufs)
+        outputs = [self._output(r) for r in self.roots]
+        out_slots = {o.slot for o in outputs if o is not None}
+        internal = frozenset(n_in + i for i in range(len(self.new_specs))) - out_slots
+        plan = plan_slots([slots for _, slots, _ in items], internal, self.slot_spec) if internal else None
+        written = tuple(sorted({self.slot_of_point[p] for p in points if p.op is Ops.ASSIGN}))
+        return _Entry(n_in, self.new_specs, items, outputs, internal, plan, tuple(sorted(out_slots)), written)
+
+    def _output(self, r: UOp) -> _Output | None:
+        point = _output_point(r)
+        if point.op is Ops.BUFFER:
+            slot, fresh, view = self.walk.slot_of[point], False, r
+        elif point in self.points:
+            slot, fresh = self.slot_of_point[point], True
+            _, size, dtype = self.slot_spec(slot)
+            marker = UOp(Ops.BUFFER, dtype, (UOp.unique(-1), _device_node("SCHEDULE")), size)
+            view = r.substitute({point: self.point_view(point, lambda s: marker)})
+        else:
+            return None
+        chain: list[tuple[Ops, Any]] = []
+        node = _fold_view(view)
+        while node.op in GroupOp.Movement:
+            chain.append((node.op, node.arg))
+            node = node.src[0]
+        above: list[tuple[Ops, Any]] = []
+        node = r
+        while node is not point:
+            above.append((node.op, node.arg))
+            node = node.src[0]
+        return _Output(slot, fresh, tuple(reversed(chain)), len(above), tuple(above), point.op)
+
+    def _order(self, points: list[UOp]) -> list[UOp]:
+        """Kernels in dependency order: producers first, and a kernel reading a buffer's old contents before the
+        kernel assigning that buffer."""
+        position = {p: i for i, p in enumerate(points)}
+        deps: dict[UOp, set[UOp]] = {p: set() for p in points}
+        writers: dict[int, list[UOp]] = {}
+        for p in points:
+            if p.op is Ops.ASSIGN:
+                writers.setdefault(self.slot_of_point[p], []).append(p)
+        for p in points:
+            value = self._value_of(p)
+            # a kernel whose value is another kernel's output (CONTIGUOUS of an ASSIGN) reads that output only
+            region = [value] if value is not p and value in self.points else self._region(value)
+            if p.op is Ops.ASSIGN and _view_base(p.src[0]).op is Ops.ASSIGN:
+                region.append(_view_base(p.src[0]))  # writing after an earlier ASSIGN of the same buffer
+            for n in region:
+                if n in self.points and n is not p:
+                    deps[p].add(n)
+                elif n.op is Ops.BUFFER:
+                    for w in writers.get(self.walk.slot_of[n], ()):
+                        if w is not p:
+                            deps[w].add(p)  # p reads the contents from before the write
+        order: list[UOp] = []
+        done: set[UOp] = set()
+        pending = sorted(points, key=position.__getitem__)
+        while pending:
+            ready = next((p for p in pending if deps[p] <= done), None)
+            if ready is None:
+                raise RuntimeError("cycle in the schedule: a kernel reads a buffer both before and after an ASSIGN")
+            order.append(ready)
+            done.add(ready)
+            pending.remove(ready)
+        return order
+
+
+_LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE})
+
+
+def _output_point(r: UOp) -> UOp:
+    """The node of a requested output that is computed into a buffer: the smallest node of its movement chain
+    (the lowest one on ties), so `x.sum(1)` stores the reduce and `arange`'s trailing SHRINK stores only n values.
+    A chain over a BUFFER or a constant needs no kernel: its base is returned."""
+    chain = [r]
+    while chain[-1].op in GroupOp.Movement:
+        chain.append(chain[-1].src[0])
+    base = chain[-1]
+    if base.op in _LEAVES or base.op is Ops.ASSIGN:
+        return base
+    best = base
+    for node in reversed(chain[:-1]):
+        size, best_size = prod(node.shape), prod(best.shape)
+        if isinstance(size, int) and isinstance(best_size, int) and size < best_size:
+            best = node
+    return best
+
+
+def _strip_reshapes(u: UOp) -> UOp:
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u
+
+
+def _fold_view(view: UOp) -> UOp:
+    """Fold RESHAPE chains in a view and drop a RESHAPE back to the BUFFER's own shape."""
+    chain: list[UOp] = []
+    node = view
+    while node.op in GroupOp.Movement:
+        chain.append(node)
+        node = node.src[0]
+    out = node
+    for m in reversed(chain):
+        if m.op is Ops.RESHAPE:
+            while out.op is Ops.RESHAPE:
+                out = out.src[0]
+            if tuple(m.arg) == out.shape:
+                continue
+        out = UOp(m.op, m.dtype, (out,), m.arg)
+    return out

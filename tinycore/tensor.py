@@ -1,0 +1,995 @@
+"""The lazy `Tensor`: every operation builds a tensor-level UOp graph; `realize()` schedules and runs it.
+
+A tensor is a thin handle: `uop` (the lazy graph of its value) and `device`. Operations never compute; they build
+UOps (broadcasting and PyTorch type promotion happen here, so the graph's elementwise ops see equal shapes and
+dtypes). `realize()` hands the graph to the scheduler (`tinycore.engine.schedule`) and runs the kernels
+(`tinycore.engine.realize`); afterwards `uop` is the buffer holding the value (a `BUFFER` seen through movement
+ops), and any other tensor whose graph contains the realized node reads that buffer too.
+
+>>> t = Tensor([[1.0, 2.0], [3.0, 4.0]])
+>>> t.shape, t.dtype, (t + 1).dtype, (t > 2).dtype
+((2, 2), dtypes.float, dtypes.float, dtypes.bool)
+>>> Tensor([1, 2]).dtype, (Tensor([1, 2]) * 1.5).dtype
+(dtypes.int, dtypes.float)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from tinycore.dtype import (
+    DTYPES_DICT,
+    ConstType,
+    DType,
+    dtypes,
+    least_upper_dtype,
+    least_upper_float,
+    sum_acc_dtype,
+)
+from tinycore.engine.multi import MultiDeviceError, gather, multi_uop, shard_uop, to_multi
+from tinycore.engine.schedule import ScheduleItem, buffer_of, new_buffer_uop, realized_view, schedule_outputs
+from tinycore.frontend import (
+    AutogradMixin,
+    CreationMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    ProcessingMixin,
+    ReduceMixin,
+)
+from tinycore.frontend.autograd import _grad_tensors, note_realized
+from tinycore.helpers import all_int, prod
+from tinycore.uop.ops import GroupOp, Ops, UOp, sint
+
+__all__ = ["Tensor"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _canonical_device(device: str | tuple[str, ...] | None) -> Any:
+    """The canonical name of `device` (default: `Device.DEFAULT`); a tuple or list gives a tuple of names."""
+    from tinycore.device import Device
+
+    if device is None:
+        return Device.DEFAULT
+    if isinstance(device, (tuple, list)):
+        return tuple(Device.canonicalize(d) for d in device)
+    return Device.canonicalize(device)
+
+
+def _to_dtype(dtype: Any) -> DType:
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in DTYPES_DICT:
+        return DTYPES_DICT[dtype.lower()]
+    raise TypeError(f"not a dtype: {dtype!r} (use tinycore.dtypes.<name> or a name like 'float32')")
+
+
+def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`f(2, 3)` and `f((2, 3))` both mean the shape (2, 3)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _fmt_shape(shape: Sequence[sint]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+    """The broadcast of `shapes` (NumPy/PyTorch rules), or a RuntimeError naming the mismatching dimension."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out: list[sint] = []
+    for i in range(ndim):
+        dims = [p[i] for p in padded]
+        sizes = {d for d in dims if not (isinstance(d, int) and d == 1)}
+        if len(sizes) > 1:
+            a, b = (d for d in dims if not (isinstance(d, int) and d == 1))
+            raise RuntimeError(
+                f"The size of tensor a ({a}) must match the size of tensor b ({b}) at non-singleton dimension {i}"
+            )
+        out.append(next(iter(sizes)) if sizes else 1)
+    return tuple(out)
+
+
+def _category(dtype: DType) -> int:
+    return 2 if dtypes.is_float(dtype) else (1 if dtypes.is_int(dtype) else 0)
+
+
+def _scalar_category(value: ConstType) -> int:
+    return 0 if isinstance(value, bool) else (1 if isinstance(value, int) else 2)
+
+
+def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None) -> Tensor:
+    """A Tensor around `uop` (`shape`, when the caller knows it, saves the UOp's shape inference)."""
+    if isinstance(device, tuple):  # multi-device: keep MULTI at the top of the graph (tinycore.engine.multi)
+        uop, device = to_multi(uop)
+    t = object.__new__(Tensor)
+    t.uop, t.device, t._requires_grad, t.grad = uop, device, None, None
+    t._shape = uop.shape if shape is None else shape
+    return t
+
+
+def _bf16_bits(arr: Any) -> Any:
+    """float32 numpy array -> uint16 bfloat16 bits, rounded to nearest even."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    rounded = np.where(np.isnan(arr), bits | np.uint32(0x400000), rounded)
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def _from_numpy(arr: Any, device: str, dtype: DType) -> UOp:
+    import numpy as np
+
+    shape = tuple(int(d) for d in np.shape(arr))  # before ascontiguousarray, which turns a 0-d array into 1-d
+    if dtype == dtypes.bfloat16:
+        arr = _bf16_bits(np.asarray(arr, dtype=np.float32)).reshape(shape)
+    else:
+        arr = np.ascontiguousarray(arr, dtype=dtypes.to_np(dtype))
+    size = int(arr.size)
+    uop = new_buffer_uop(device, size, dtype)
+    if size:
+        buffer_of(uop).copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+    return uop.reshape(shape) if shape != (size,) else uop
+
+
+_const_cache: dict[tuple, UOp] = {}
+
+
+def _const_uop(value: ConstType, dtype: DType, device: str, shape: tuple[sint, ...]) -> UOp:
+    """A tensor-level constant broadcast to `shape` (memoized: scalar operands are rebuilt on every op otherwise)."""
+    key = (type(value), value, dtype, device, shape, math.copysign(1.0, value) if value == 0 else 0.0)
+    try:
+        return _const_cache[key]
+    except (KeyError, TypeError):
+        pass
+    uop = UOp.const(dtype, value, device)
+    if shape:
+        uop = uop.reshape((1,) * len(shape))
+        if any(not (isinstance(d, int) and d == 1) for d in shape):
+            uop = uop.expand(shape)
+    if len(_const_cache) > 4096:
+        _const_cache.clear()
+    try:
+        _const_cache[key] = uop
+    except TypeError:  # symbolic shapes may not hash
+        pass
+    return uop
+
+
+@functools.cache
+def _run_schedule() -> Any:
+    """`tinycore.engine.realize.run_schedule`, imported on first use (it pulls in the device runtime)."""
+    from tinycore.engine.realize import run_schedule
+
+    return run_schedule
+
+
+def _view_base(u: UOp) -> UOp:
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# arange's index values (see `_iota`)
+
+
+def _iota(n: int, device: str) -> Tensor:
+    """`[0, 1, ..., n-1]` as int32, built from constants and index math only (no buffer input, one kernel).
+
+    Binary digits: ``i = sum_j bit_j(i) * 2**j``, where ``bit_j`` is the 2-element tensor ``[0, 1]`` (a padded
+    constant) broadcast along axis j of a ``(2,) * k`` cube, so each element costs O(log n) operations. An O(n)
+    construction needs a tensor-level index op that `tinycore/uop/ops.py` does not have yet: a leaf whose value is
+    its own position (``IOTA``, shape ``(n,)``, lowered to the output range). This helper is the only place that
+    would change.
+    """
+    if n <= 1:
+        return Tensor.full((n,), 0, dtype=dtypes.int32, device=device)
+    k = (n - 1).bit_length()
+    bit = _wrap(UOp.const(dtypes.int32, 1, device).reshape((1,)).pad(((1, 0),)), device)  # [0, 1]
+    total: Tensor | None = None
+    for j in range(k):
+        shape = [1] * k
+        shape[j] = 2
+        term = bit.reshape(*shape).expand(*([2] * k))
+        weight = 1 << (k - 1 - j)
+        term = term * weight if weight != 1 else term
+        total = term if total is None else total + term
+    assert total is not None
+    flat = total.reshape(1 << k)
+    return flat.shrink(((0, n),)) if n != 1 << k else flat
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the Tensor
+
+
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin, AutogradMixin):
+    """A lazily evaluated multi-dimensional array on one device.
+
+    `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, nested lists/tuples
+    (dtype from `dtypes.from_py`), a numpy array, `bytes` (uint8) or a tensor-level `UOp`. Data is copied to the
+    device at once; everything else is lazy until `realize()` / `numpy()` / `tolist()` / `item()`.
+
+    >>> a = Tensor([1.0, 2.0, 3.0])
+    >>> (a * 2 + 1).tolist()  # doctest: +SKIP
+    [3.0, 5.0, 7.0]
+    """
+
+    __slots__ = ("uop", "device", "_requires_grad", "grad", "_shape", "__weakref__")  # requires_grad: autograd.py
+    uop: UOp
+    device: Any  # a device name, or a tuple of names for a sharded tensor
+    _shape: tuple[sint, ...]
+    _requires_grad: bool | None
+    grad: Tensor | None
+
+    _seed: ClassVar[int] = 0
+    _rng_counter: ClassVar[int] = 0
+
+    def __init__(
+        self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None
+    ):
+        dt = _to_dtype(dtype) if dtype is not None else None
+        self.requires_grad, self.grad = requires_grad, None
+        if isinstance(data, UOp):
+            if data.shape is None:
+                raise TypeError(f"a Tensor needs a tensor-level UOp with a shape, got {data.op}")
+            own = data.device
+            if isinstance(own, tuple):  # a multi-device value (MULTI on top, see tinycore.engine.multi)
+                if device is not None and _canonical_device(device) != own:
+                    raise RuntimeError(f"the UOp lives on {own}, not on {device}")
+                uop, own = to_multi(data.cast(dt) if dt is not None else data)
+                self.uop, self.device, self._shape = uop, own, data.shape
+                return
+            dev = _canonical_device(device if device is not None else own)
+            if own is not None and _canonical_device(own) != dev:
+                raise RuntimeError(f"the UOp lives on {own}, not on {dev}; use .to({dev!r})")
+            self.uop, self.device = (data.cast(dt) if dt is not None else data), dev
+            self._shape = data.shape
+            return
+        dev = _canonical_device(device)
+        if isinstance(dev, tuple):  # data on several devices: made on the first, then replicated
+            t = Tensor(data, device=dev[0], dtype=dt).shard(dev)
+            self.uop, self.device, self._shape = t.uop, t.device, t._shape
+            return
+        self.device = dev
+        if data is None:
+            data = []
+        if isinstance(data, (bool, int, float)):
+            self.uop = UOp.const(dt or dtypes.from_py(data), data, dev)
+        elif isinstance(data, (list, tuple)):
+            import numpy as np
+
+            dt = dt or dtypes.from_py(data)
+            np_dt = dtypes.to_np(dt) if dt != dtypes.bfloat16 else np.float32
+            try:
+                arr = np.array(data, dtype=np_dt)
+            except (ValueError, OverflowError) as error:
+                raise ValueError(f"can't make a {dt} tensor from {type(data).__name__}: {error}") from error
+            self.uop = _from_numpy(arr, dev, dt)
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            import numpy as np
+
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+            self.uop = _from_numpy(arr, dev, dtypes.uint8)
+            if dt is not None and dt != dtypes.uint8:
+                self.uop = self.uop.cast(dt)
+        elif "numpy" in sys.modules and isinstance(data, sys.modules["numpy"].ndarray):
+            dt = dt or dtypes.from_np(data.dtype)
+            self.uop = _from_numpy(data, dev, dt)
+        else:
+            raise TypeError(f"can't make a Tensor from {type(data).__name__}")
+        self._shape = self.uop.shape
+
+    # ----- basic properties
+
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        """The shape (a tuple of ints; symbolic dims are UOps). A tensor's shape never changes, even when its uop is
+        replaced (realize, assign), so it is kept on the tensor."""
+        return self._shape
+
+    @property
+    def dtype(self) -> DType:
+        """The element dtype."""
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    def numel(self) -> sint:
+        """Number of elements."""
+        return prod(self.shape)
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    def nbytes(self) -> sint:
+        """Bytes of the whole tensor."""
+        return self.numel() * self.element_size()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return int(self.shape[0])
+
+    def __repr__(self) -> str:
+        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} op={self.uop.op.name}>"
+
+    def __bool__(self) -> bool:
+        raise TypeError("the truth value of a Tensor is ambiguous: use .item(), .numpy() or (t == x).all()")
+
+    __hash__ = object.__hash__  # __eq__ is elementwise
+
+    # ----- constructors
+
+    @staticmethod
+    def empty(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+        """An uninitialized tensor backed by a new (lazily allocated) buffer."""
+        shape = _shape_arg(shape)
+        dt = _to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = _canonical_device(device)
+        size = prod(shape)
+        if not all_int(shape) or any(d < 0 for d in shape):
+            raise ValueError(f"empty needs non-negative int dimensions, got {shape}")
+        if isinstance(dev, tuple):  # one uninitialized buffer per device (replicated)
+            t = Tensor(multi_uop([new_buffer_uop(d, size, dt) for d in dev], None).reshape(shape), **kwargs)
+            return t
+        uop = new_buffer_uop(dev, size, dt)
+        return Tensor(uop.reshape(shape) if shape != (size,) else uop, dev, **kwargs)
+
+    @staticmethod
+    def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (a broadcast constant: no memory until used)."""
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        if any(isinstance(d, int) and d < 0 for d in shape):
+            raise ValueError(f"full needs non-negative dimensions, got {shape}")
+        dt = _to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        dev = _canonical_device(device)
+        uop = _const_uop(fill_value, dt, dev, shape)
+        t = _wrap(uop, dev)
+        t.requires_grad = kwargs.get("requires_grad")
+        return t
+
+    @staticmethod
+    def zeros(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+        """A tensor of zeros (default float)."""
+        return Tensor.full(_shape_arg(shape), 0, device, dtype or dtypes.default_float, **kwargs)
+
+    @staticmethod
+    def ones(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+        """A tensor of ones (default float)."""
+        return Tensor.full(_shape_arg(shape), 1, device, dtype or dtypes.default_float, **kwargs)
+
+    @staticmethod
+    def arange(
+        start: ConstType, stop: ConstType | None = None, step: ConstType = 1, device: str | None = None,
+        dtype: Any = None, **kwargs: Any,
+    ) -> Tensor:  # fmt: skip
+        """`[start, start+step, ...)` up to `stop` (exclusive), like `torch.arange`: one kernel, no buffer input.
+
+        >>> Tensor.arange(5).shape, Tensor.arange(1, 2, 0.25).dtype
+        ((5,), dtypes.float)
+        """
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must be nonzero")
+        n = max(0, math.ceil((stop - start) / step))
+        dt = (
+            _to_dtype(dtype)
+            if dtype is not None
+            else (
+                dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int
+            )
+        )
+        dev = _canonical_device(device)
+        t = _iota(n, dev).cast(dt)
+        if step != 1:
+            t = t * step
+        if start != 0:
+            t = t + start
+        t.requires_grad = kwargs.get("requires_grad")
+        return t
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed `rand`: the same seed gives the same numbers on every device (counter-based Threefry)."""
+        Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+    @staticmethod
+    def rand(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+        """Uniform numbers in [0, 1): Threefry-2x32 of (element counter, seed), 23 random mantissa bits. The
+        counter advances by the number of elements per call, so every device produces the same stream for the same
+        seed and call sequence. Seed and counter reach the kernel in a small buffer, so repeated calls reuse one
+        cached schedule and one compiled kernel."""
+        shape = _shape_arg(shape)
+        dt = _to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dtypes.is_float(dt):
+            raise TypeError(f"rand makes floats, not {dt}")
+        if not all_int(shape) or any(d < 0 for d in shape):
+            raise ValueError(f"rand needs non-negative int dimensions, got {shape}")
+        dev = _canonical_device(device)
+        n = prod(shape)
+        state = Tensor([Tensor._seed % (1 << 64), Tensor._rng_counter % (1 << 64)], device=dev, dtype=dtypes.uint64)
+        Tensor._rng_counter += n
+        key, offset = state.shrink(((0, 1),)).reshape(()), state.shrink(((1, 2),)).reshape(())
+        bits = (_iota(n, dev).cast(dtypes.uint64) + offset)._binop(Ops.THREEFRY, key)
+        mantissa = ((bits & 0xFFFFFFFF).cast(dtypes.uint32) >> 9) | 0x3F800000
+        out = (mantissa.bitcast(dtypes.float32) - 1.0).reshape(shape).cast(dt)
+        out.requires_grad = kwargs.get("requires_grad")
+        return out
+
+    # ----- realizing
+
+    def schedule_with_vars(self, *lst: Tensor) -> tuple[list[ScheduleItem], dict[str, int]]:
+        """Schedule this tensor (and `lst`) without running: ``(items, var_vals)``. The tensors' uops already point
+        at their output buffers afterwards, so run the items before reading them."""
+        tensors = (self, *lst)
+        items, var_vals, new = schedule_outputs([t.uop for t in tensors])
+        for t, u in zip(tensors, new):
+            if u is not None:
+                if _grad_tensors:  # autograd keeps the graph of a realized value that gradients may need
+                    note_realized(t, u)
+                t.uop = u
+        return items, var_vals
+
+    def schedule(self, *lst: Tensor) -> list[ScheduleItem]:
+        """The schedule items of `schedule_with_vars`."""
+        return self.schedule_with_vars(*lst)[0]
+
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Compute this tensor (and `lst`) into buffers; returns self. `Tensor.realize(a, b)` realizes both."""
+        for t in (self, *lst):
+            if _view_base(t.uop).op is not Ops.BUFFER and not (
+                t.uop.op is Ops.MULTI and all(_view_base(s).op is Ops.BUFFER for s in t.uop.src)
+            ):
+                break
+        else:
+            return self
+        items, var_vals = self.schedule_with_vars(*lst)
+        _run_schedule()(items, var_vals, do_update_stats=do_update_stats)
+        return self
+
+    def _buffer_view(self) -> tuple[Any, UOp]:
+        """(Buffer, BUFFER uop) holding exactly this tensor's elements in order (realizing a copy when needed)."""
+        if isinstance(self.device, tuple):  # multi-device: gathered on the first device
+            return self.to(self.device[0])._buffer_view()
+        self.realize()
+        u = self.uop
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        if u.op is Ops.BUFFER and u.arg == self.numel():
+            return buffer_of(u), u
+        t = self.contiguous().realize()
+        u = t.uop
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        if u.op is not Ops.BUFFER:
+            raise RuntimeError(f"contiguous() of {self!r} did not produce a buffer")
+        return buffer_of(u), u
+
+    def numpy(self) -> Any:
+        """A numpy copy of the value (realizes it). bfloat16 comes back as float32."""
+        if not all_int(self.shape):
+            raise ValueError(f"numpy() needs a concrete shape, got {self.shape}")
+        if self.numel() == 0:
+            import numpy as np
+
+            return np.zeros(self.shape, dtype=dtypes.to_np(self.dtype))
+        buf, _ = self._buffer_view()
+        return buf.numpy().reshape(self.shape)
+
+    def tolist(self) -> Any:
+        """The value as (nested) Python lists; a 0-d tensor gives a scalar."""
+        return self.numpy().tolist()
+
+    def item(self) -> ConstType:
+        """The value of a one-element tensor as a Python scalar."""
+        if self.numel() != 1:
+            raise ValueError(f"a Tensor with {self.numel()} elements cannot be converted to a Python scalar")
+        return self.numpy().reshape(-1)[0].item()
+
+    def data(self) -> memoryview:
+        """The value's bytes, as a memoryview (a copy)."""
+        buf, _ = self._buffer_view()
+        return buf.as_buffer(allow_zero_copy=False)
+
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """This tensor on `device` (self when it is there already; otherwise a lazy COPY). A sharded tensor moved to
+        one device is gathered there (copies + concatenation); a tuple of devices shards with the same axis."""
+        dev = _canonical_device(device)
+        if dev == self.device:
+            return self
+        if isinstance(dev, tuple):
+            axis = self.uop.arg if isinstance(self.device, tuple) else None
+            return self.shard(dev, axis)
+        if isinstance(self.device, tuple):
+            t = _wrap(gather(self.uop, dev), dev, self._shape)
+            t.requires_grad = self.requires_grad
+            return t
+        t = _wrap(self.uop.copy_to_device(dev), dev, self._shape)
+        t.requires_grad = self.requires_grad
+        return t
+
+    def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+        """This tensor split along `axis` across `devices` (None: a full copy on every device), lazily.
+
+        The result's `device` is the tuple of device names; ops between tensors sharded alike run per device, and
+        `.to(device)` / `.numpy()` gather the shards. Uneven sizes split as evenly as possible (the first
+        ``size % n`` shards get one more element); every device needs at least one element. See
+        `tinycore.engine.multi` for what runs where.
+
+        >>> t = Tensor.ones(4, 2).shard(("PYTHON:0", "PYTHON:1"), axis=0)
+        >>> t.device, t.shape
+        (('PYTHON', 'PYTHON:1'), (4, 2))
+        """
+        devs = _canonical_device(tuple(devices))
+        if not isinstance(devs, tuple) or not devs:
+            raise MultiDeviceError(f"shard needs a tuple of devices, got {devices!r}")
+        ax = self._axis(axis) if axis is not None else None
+        src: Tensor = self
+        if isinstance(self.device, tuple):
+            if self.device == devs and self.uop.arg == ax:
+                return self
+            if not (self.device == devs and self.uop.arg is None):  # replicated on devs: cut locally, else gather
+                src = self.to(self.device[0])
+        t = _wrap(shard_uop(src.uop, devs, ax), devs, self._shape)
+        t.requires_grad = self.requires_grad
+        return t
+
+    def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+        """`shard` in place: this tensor becomes the sharded one; returns self."""
+        t = self.shard(devices, axis)
+        self.uop, self.device = t.uop, t.device
+        return self
+
+    def contiguous(self) -> Tensor:
+        """This value in its own buffer, elements in order (a no-op for a tensor that already is one)."""
+        return _wrap(self.uop.contiguous(), self.device, self._shape)
+
+    def detach(self) -> Tensor:
+        """The same value, cut from gradient tracking."""
+        return _wrap(self.uop.detach(), self.device, self._shape)
+
+    def assign(self, x: Any) -> Tensor:
+        """Write `x` (broadcast and cast to this tensor's shape and dtype) into this tensor's buffer, lazily.
+
+        A tensor that has no buffer (a lazy result, a constant) simply takes `x`'s value.
+        """
+        if not isinstance(x, Tensor):
+            x = Tensor(x, device=self.device, dtype=self.dtype)
+        if x.device != self.device:
+            raise RuntimeError(f"assign: the value is on {x.device}, the tensor on {self.device}")
+        if x.shape != self.shape:
+            try:
+                shape = _broadcast_shape(x.shape, self.shape)
+            except RuntimeError:
+                shape = None
+            if shape != tuple(self.shape):
+                raise RuntimeError(
+                    f"assign: a value of shape {_fmt_shape(x.shape)} can't be written into a tensor "
+                    f"of shape {_fmt_shape(self.shape)}"
+                )
+            x = x._broadcast_to(shape)
+        x = x.cast(self.dtype)
+        if isinstance(self.device, tuple):  # per shard; a target that has no buffers takes the value, resharded
+            if all(_view_base(s).op in (Ops.BUFFER, Ops.ASSIGN) for s in self.uop.src):
+                self.uop = _wrap(self.uop.assign(x.uop), self.device, self._shape).uop
+            else:
+                self.uop = x.shard(self.device, self.uop.arg).uop
+            return self
+        view = realized_view(self.uop)
+        if view is not None:
+            self.uop = view
+        base = _view_base(self.uop)
+        if base.op not in (Ops.BUFFER, Ops.ASSIGN):
+            self.uop = x.uop
+            return self
+        self.uop = self.uop.assign(x.uop)
+        return self
+
+    # ----- elementwise building blocks
+
+    def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        if len(shape) < self.ndim:
+            raise RuntimeError(f"can't broadcast a tensor of shape {_fmt_shape(self.shape)} to {_fmt_shape(shape)}")
+        padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
+        uop = self.uop.reshape(padded) if padded != self.shape else self.uop
+        return _wrap(uop.expand(shape) if padded != shape else uop, self.device, shape)
+
+    def _const_like(self, value: ConstType, dtype: DType, shape: tuple[sint, ...] = ()) -> Tensor:
+        return _wrap(_const_uop(value, dtype, self.device, shape), self.device, shape)
+
+    def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        x = self
+        if isinstance(y, Tensor):
+            if y.device != x.device:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, {x.device} and "
+                    f"{y.device}!"
+                )
+            if x.dtype != y.dtype:
+                dtype = least_upper_dtype(x.dtype, y.dtype)
+                x, y = x.cast(dtype), y.cast(dtype)
+            if x.shape != y.shape:
+                shape = _broadcast_shape(x.shape, y.shape)
+                x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+        elif isinstance(y, (bool, int, float)):
+            dtype = x.dtype
+            if _scalar_category(y) > _category(dtype):
+                dtype = dtypes.default_float if isinstance(y, float) else dtypes.default_int
+                x = x.cast(dtype)
+            y = _wrap(_const_uop(y, dtype, x.device, x._shape), x.device, x._shape)
+        else:
+            raise TypeError(f"unsupported operand type: Tensor and {type(y).__name__}")
+        return (y, x) if reverse else (x, y)
+
+    def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
+        x, y = self._broadcasted(y, reverse)
+        a, b = x.uop, y.uop
+        return _wrap(UOp(op, dtypes.bool if op in GroupOp.Comparison else a.dtype, (a, b)), x.device, x._shape)
+
+    def _unop(self, op: Ops) -> Tensor:
+        return _wrap(self.uop.alu(op), self.device, self._shape)
+
+    def _float_unop(self, op: Ops) -> Tensor:
+        return self.cast(least_upper_float(self.dtype))._unop(op)
+
+    # ----- arithmetic
+
+    def add(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise sum (broadcasting, PyTorch type promotion)."""
+        return self._binop(Ops.ADD, x, reverse)
+
+    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise difference."""
+        return self._binop(Ops.SUB, x, reverse)
+
+    def mul(self, x: Any, reverse: bool = False) -> Tensor:
+        """Elementwise product."""
+        return self._binop(Ops.MUL, x, reverse)
+
+    def div(self, x: Any, reverse: bool = False) -> Tensor:
+        """True division: integer operands are promoted to the default float first."""
+        a, b = self._broadcasted(x, reverse)
+        dt = least_upper_float(a.dtype)
+        return _wrap(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop), a.device, a._shape)
+
+    def __add__(self, x: Any) -> Tensor:
+        return self.add(x)
+
+    def __radd__(self, x: Any) -> Tensor:
+        return self.add(x, True)
+
+    def __sub__(self, x: Any) -> Tensor:
+        return self.sub(x)
+
+    def __rsub__(self, x: Any) -> Tensor:
+        return self.sub(x, True)
+
+    def __mul__(self, x: Any) -> Tensor:
+        return self.mul(x)
+
+    def __rmul__(self, x: Any) -> Tensor:
+        return self.mul(x, True)
+
+    def __truediv__(self, x: Any) -> Tensor:
+        return self.div(x)
+
+    def __rtruediv__(self, x: Any) -> Tensor:
+        return self.div(x, True)
+
+    def __neg__(self) -> Tensor:
+        return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
+
+    def __and__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.AND, x)
+
+    def __rand__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.AND, x, True)
+
+    def __or__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.OR, x)
+
+    def __ror__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.OR, x, True)
+
+    def __xor__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.XOR, x)
+
+    def __rxor__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.XOR, x, True)
+
+    def __lshift__(self, n: int) -> Tensor:
+        return self._bitwise(Ops.SHL, n)
+
+    def __rshift__(self, n: int) -> Tensor:
+        return self._bitwise(Ops.SHR, n)
+
+    def __invert__(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
+
+    def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        if dtypes.is_float(a.dtype):
+            raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
+        return _wrap(a.uop.alu(op, b.uop), a.device, a._shape)
+
+    # ----- comparisons (bool results)
+
+    def __lt__(self, x: Any) -> Tensor:
+        return self._binop(Ops.CMPLT, x)
+
+    def __gt__(self, x: Any) -> Tensor:
+        return self._binop(Ops.CMPLT, x, True)
+
+    def __le__(self, x: Any) -> Tensor:
+        a, b = self._broadcasted(x)
+        return _wrap(a.uop.alu(Ops.CMPLT, b.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape)
+
+    def __ge__(self, x: Any) -> Tensor:
+        a, b = self._broadcasted(x)
+        return _wrap(b.uop.alu(Ops.CMPLT, a.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape)
+
+    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return self._binop(Ops.CMPEQ, x)
+
+    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return self._binop(Ops.CMPNE, x)
+
+    def logical_not(self) -> Tensor:
+        """Elementwise not (of the value cast to bool)."""
+        return self.cast(dtypes.bool)._binop(Ops.CMPNE, True)
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """`x` where this (cast to bool) is true, else `y`; all three broadcast together.
+
+        >>> Tensor([True, False]).where(1.0, 2.0).dtype
+        dtypes.float
+        """
+        cond = self.cast(dtypes.bool)
+        if isinstance(x, Tensor):
+            x, y = x._broadcasted(y)
+        elif isinstance(y, Tensor):
+            y, x = y._broadcasted(x)
+        else:
+            dt = dtypes.from_py(x) if _scalar_category(x) >= _scalar_category(y) else dtypes.from_py(y)
+            x = cond._const_like(x, dt)
+            y = cond._const_like(y, dt)
+        shape = _broadcast_shape(cond.shape, x.shape, y.shape)
+        cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+        return _wrap(cond.uop.alu(Ops.WHERE, x.uop, y.uop), cond.device, shape)
+
+    def maximum(self, x: Any) -> Tensor:
+        """Elementwise max (NaN wins)."""
+        return self._binop(Ops.MAX, x)
+
+    def minimum(self, x: Any) -> Tensor:
+        """Elementwise min (NaN wins for floats)."""
+        a, b = self._broadcasted(x)
+        if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool:
+            return (a < b).where(a, b)
+        return -((-a).maximum(-b))
+
+    # ----- unary math
+
+    def cast(self, dtype: Any) -> Tensor:
+        """Value conversion to `dtype` (C semantics: float to int truncates)."""
+        dt = _to_dtype(dtype)
+        return self if dt == self.dtype else _wrap(self.uop.cast(dt), self.device, self._shape)
+
+    def bitcast(self, dtype: Any) -> Tensor:
+        """Reinterpret the bits as `dtype` (same item size)."""
+        dt = _to_dtype(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise TypeError(f"bitcast from {self.dtype} to {dt} changes the item size")
+        return self if dt == self.dtype else _wrap(self.uop.bitcast(dt), self.device, self._shape)
+
+    def exp2(self) -> Tensor:
+        """2 ** x."""
+        return self._float_unop(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        """log base 2."""
+        return self._float_unop(Ops.LOG2)
+
+    def exp(self) -> Tensor:
+        """e ** x (as exp2(x / ln 2))."""
+        return (self.cast(least_upper_float(self.dtype)) * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        """Natural logarithm (as log2(x) * ln 2)."""
+        return self.log2() * math.log(2)
+
+    def sqrt(self) -> Tensor:
+        """Square root."""
+        return self._float_unop(Ops.SQRT)
+
+    def sin(self) -> Tensor:
+        """Sine."""
+        return self._float_unop(Ops.SIN)
+
+    def reciprocal(self) -> Tensor:
+        """1 / x."""
+        return self._float_unop(Ops.RECIP)
+
+    def relu(self) -> Tensor:
+        """max(x, 0)."""
+        return self.maximum(0)
+
+    def abs(self) -> Tensor:
+        """Absolute value."""
+        return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
+
+    def square(self) -> Tensor:
+        """x * x."""
+        return self * self
+
+    # ----- movement
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same elements in a new shape; one dimension may be -1 (inferred)."""
+        new = _shape_arg(shape)
+        numel = self.numel()
+        if sum(1 for d in new if isinstance(d, int) and d == -1) > 1:
+            raise RuntimeError("only one dimension can be inferred")
+        for d in new:
+            if isinstance(d, int) and d < -1:
+                raise RuntimeError(f"invalid shape dimension {d}")
+        if -1 in [d for d in new if isinstance(d, int)]:
+            known = prod(d for d in new if not (isinstance(d, int) and d == -1))
+            if known == 0 or not isinstance(numel, int) or not isinstance(known, int) or numel % known:
+                raise RuntimeError(f"shape '{_fmt_shape(new)}' is invalid for input of size {numel}")
+            new = tuple(numel // known if isinstance(d, int) and d == -1 else d for d in new)
+        if prod(new) != numel and all_int(new) and isinstance(numel, int):
+            raise RuntimeError(f"shape '{_fmt_shape(new)}' is invalid for input of size {numel}")
+        if new == self.shape:
+            return self
+        return _wrap(self.uop.reshape(new), self.device, new)
+
+    def view(self, *shape: Any) -> Tensor:
+        """Alias of `reshape`."""
+        return self.reshape(*shape)
+
+    def expand(self, *shape: Any) -> Tensor:
+        """Broadcast size-1 dimensions to `shape` (-1 keeps a dimension); new leading dimensions are allowed."""
+        new = _shape_arg(shape)
+        if len(new) < self.ndim:
+            raise RuntimeError(
+                f"expand: the number of sizes provided ({len(new)}) must be greater or equal to the number of "
+                f"dimensions in the tensor ({self.ndim})"
+            )
+        old = (1,) * (len(new) - self.ndim) + tuple(self.shape)
+        out: list[sint] = []
+        for i, (o, n) in enumerate(zip(old, new)):
+            if isinstance(n, int) and n == -1:
+                if i < len(new) - self.ndim:
+                    raise RuntimeError(f"expand: -1 is not allowed in a leading, non-existing dimension ({i})")
+                n = o
+            if o != n and not (isinstance(o, int) and o == 1):
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({n}) must match the existing size ({o}) at non-singleton "
+                    f"dimension {i}.  Target sizes: {_fmt_shape(new)}.  Tensor sizes: {_fmt_shape(self.shape)}"
+                )
+            out.append(n)
+        return self._broadcast_to(tuple(out))
+
+    def _axis(self, axis: int, ndim: int | None = None) -> int:
+        n = self.ndim if ndim is None else ndim
+        if not -max(n, 1) <= axis < max(n, 1):
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-max(n, 1)}, {max(n, 1) - 1}], but got {axis})"
+            )
+        return axis % n if n else 0
+
+    def permute(self, *order: Any) -> Tensor:
+        """Reorder the dimensions."""
+        dims = tuple(self._axis(a) for a in _shape_arg(order))
+        if sorted(dims) != list(range(self.ndim)):
+            raise RuntimeError(
+                f"permute: {list(_shape_arg(order))} is not a permutation of the {self.ndim} "
+                f"dimensions of a tensor of shape {_fmt_shape(self.shape)}"
+            )
+        if dims == tuple(range(self.ndim)):
+            return self
+        return _wrap(self.uop.permute(dims), self.device, tuple(self._shape[d] for d in dims))
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Swap two dimensions."""
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0), self._axis(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - PyTorch's name
+        """The tensor with its dimensions reversed."""
+        return self.permute(tuple(range(self.ndim))[::-1])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dimensions `start_dim..end_dim` into one."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._axis(start_dim), self._axis(end_dim)
+        return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
+
+    def shrink(self, arg: Sequence[Any]) -> Tensor:
+        """Keep ``[start, end)`` of each dimension (None keeps it whole)."""
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink needs one (start, end) per dimension ({self.ndim}), got {len(arg)}")
+        bounds = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
+        for (b, e), s in zip(bounds, self.shape):
+            if all_int((b, e, s)) and not 0 <= b <= e <= s:
+                raise ValueError(f"shrink bounds {bounds} out of range for shape {_fmt_shape(self.shape)}")
+        if all(b == 0 and e == s for (b, e), s in zip(bounds, self.shape)):
+            return self
+        return _wrap(self.uop.shrink(bounds), self.device)
+
+    def flip(self, axis: int | Sequence[int]) -> Tensor:
+        """Reverse the order of elements along `axis` (an int or several)."""
+        axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+        if not axes:
+            return self
+        return _wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim))), self.device, self._shape)
+
+    # ----- reductions
+
+    def _reduce_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+        return tuple(sorted({self._axis(a) for a in axes}))
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        axes = self._reduce_axes(axis)
+        if self.ndim == 0:
+            return self
+        kept = tuple(1 if i in axes else s for i, s in enumerate(self._shape))
+        ret = _wrap(self.uop.r(op, axes), self.device, kept) if axes else self
+        if keepdim:
+            return ret
+        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, acc_dtype: Any = None) -> Tensor:
+        """Sum over `axis` (all by default). Accumulates in `sum_acc_dtype` (ints widen to int32); half and
+        bfloat16 results are cast back."""
+        acc = _to_dtype(acc_dtype) if acc_dtype is not None else sum_acc_dtype(self.dtype)
+        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        if acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16):
+            ret = ret.cast(self.dtype)
+        return ret
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Arithmetic mean over `axis` (a float result)."""
+        n = prod(self.shape[i] for i in self._reduce_axes(axis))
+        total = self.sum(axis, keepdim)
+        return total.cast(least_upper_float(total.dtype)) * (1 / n if n else math.nan)
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        """exp(x - max) / sum(exp(x - max)) along `axis` (three kernels at most)."""
+        x = self.cast(least_upper_float(self.dtype))
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        """log(softmax(x)) computed stably."""
+        x = self.cast(least_upper_float(self.dtype))
+        shifted = x - x.max(axis, keepdim=True)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
