@@ -4,6 +4,7 @@ compiled device, compared with numpy (and torch when installed) measured in the 
 
 Usage:
     python bench/bench_kernels.py [--device CLANG] [--only matmul_512,sum_16M] [--beam 2] [--noopt] [--reps 10]
+                                  [--threads 1]
 
 Workloads (float32):
 
@@ -13,15 +14,18 @@ Workloads (float32):
 - ``softmax_4096``: softmax over the rows of a 4096 x 4096 matrix as three kernels (row max, row sum of exp, divide;
   GB/s of input + output).
 
-Each kernel is compiled once, run twice as warm-up, then timed `--reps` times with ``Program(..., wait=True)``;
-the table shows the median. Results are checked against numpy (float64 reference). numpy/torch use their own
-default thread counts. Benchmarks are never run as timed tests.
+Each kernel is compiled once; then tinycore (``Program(..., wait=True)``), numpy and torch are timed in alternating
+blocks of `--reps` calls (two rounds, a pause before each block), so all see the same (shared, noisy) machine and
+no library's spinning worker threads slow another; the table shows medians.
+Results are checked against numpy (float64 reference). numpy/torch use their own default thread counts.
+Benchmarks are never run as timed tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -29,11 +33,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+
+def _thread_env() -> None:
+    """``--threads N`` must be in the environment before numpy/torch/tinycore start their thread pools."""
+    if "--threads" in sys.argv[:-1]:
+        n = sys.argv[sys.argv.index("--threads") + 1]
+        for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "THREADS"):
+            os.environ[key] = n
+
+
+_thread_env()
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tinycore.codegen import Opt, get_kernel, get_program  # noqa: E402
+from tinycore.codegen import Opt, get_program  # noqa: E402
 from tinycore.device import Buffer, Device  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.engine.exec_item import CompiledRunner  # noqa: E402
@@ -167,40 +182,49 @@ def workloads(only: set[str] | None) -> list[Workload]:
     return out
 
 
-def time_calls(fn: Callable[[], object], reps: int) -> float:
-    """Median seconds of `reps` calls after two warm-up calls."""
-    fn()
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def run_tinycore(w: Workload, device: str, reps: int, opts: list[Opt] | None) -> tuple[float, bool, list[str]]:
-    """Compile and time the workload's kernels; returns (median seconds, result ok, kernel names + opts)."""
+def build_tinycore(
+    w: Workload, device: str, opts: list[Opt] | None
+) -> tuple[Callable[[], None], list[Buffer], list[str]]:
+    """Compile the workload's kernels; returns (a function running them once, the buffers, kernel names)."""
     dev = Device[device]
     bufs = [Buffer(device, a.size, F32).copyin(np.ascontiguousarray(a).tobytes()) for a in w.arrays]
     runners = []
     names = []
     for ast, slots in w.kernels:
         p = get_program(ast, dev.renderer, opts)
-        k = get_kernel(ast, dev.renderer)
         runners.append((CompiledRunner(p), [bufs[s] for s in slots]))
         names.append(f"{p.name} gs={tuple(p.global_size)}")
-        del k
 
     def call() -> None:
         for runner, rb in runners:
             runner(rb, {}, wait=True)
 
-    seconds = time_calls(call, reps)
+    return call, bufs, names
+
+
+def check_tinycore(w: Workload, bufs: list[Buffer]) -> bool:
+    """The tinycore result against the float64 numpy reference."""
     got = bufs[w.out_slot].numpy().astype(np.float64)
     want = w.reference([np.asarray(a) for a in w.arrays])
-    ok = bool(np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))))
-    return seconds, ok, names
+    return bool(np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))))
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 2) -> dict[str, float]:
+    """Median seconds of each function. Each library is timed in a block of `reps` calls (after one warm-up call),
+    the blocks alternate between libraries for `rounds` rounds, with a pause before each block: torch's OpenMP and
+    OpenBLAS workers spin after a call and would slow whoever runs next on this 2-core machine."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            time.sleep(0.3)
+            fn()
+            for _ in range(reps):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()} | {
+        f"{name} best": min(t) for name, t in times.items()
+    }
 
 
 def main() -> None:
@@ -211,44 +235,61 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=0, help="BEAM width (0: the heuristics)")
     ap.add_argument("--noopt", action="store_true", help="also time the unoptimized kernels")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0, help="threads for every library (0: their defaults)")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     try:
         import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
     except ImportError:
         torch = None
     rows = []
     for w in workloads(only):
-        row: dict[str, object] = {"name": w.name, "unit": w.unit}
         with Context(BEAM=args.beam):
-            sec, ok, names = run_tinycore(w, args.device, args.reps, None)
-        row["tinycore"], row["ok"], row["kernels"] = w.work / sec / 1e9, ok, names
+            call, bufs, names = build_tinycore(w, args.device, None)
+        fns: dict[str, Callable[[], object]] = {"tinycore": call, "numpy": lambda w=w: w.peer_numpy(w.arrays)}
         if args.noopt:
             with Context(NOOPT=1):
-                sec0, _, _ = run_tinycore(w, args.device, max(2, args.reps // 4), None)
-            row["noopt"] = w.work / sec0 / 1e9
-        row["numpy"] = w.work / time_calls(lambda w=w: w.peer_numpy(w.arrays), args.reps) / 1e9
+                fns["noopt"] = build_tinycore(w, args.device, None)[0]
         if torch is not None and w.peer_torch is not None:
             tensors = [torch.from_numpy(np.asarray(a)) for a in w.arrays]
-            row["torch"] = w.work / time_calls(lambda w=w, t=tensors: w.peer_torch(t), args.reps) / 1e9
+            fns["torch"] = lambda w=w, t=tensors: w.peer_torch(t)
+        seconds = time_interleaved(fns, args.reps)
+        row: dict[str, object] = {"name": w.name, "unit": w.unit, "ok": check_tinycore(w, bufs), "kernels": names}
+        row.update({name: w.work / sec / 1e9 for name, sec in seconds.items()})
         rows.append(row)
         print(
-            f"{w.name:16s} {row['tinycore']:8.2f} {w.unit:6s} ok={ok} numpy {row['numpy']:8.2f}"
+            f"{w.name:16s} {row['tinycore']:8.2f} {w.unit:6s} ok={row['ok']} numpy {row['numpy']:8.2f}"
             + (f" torch {row['torch']:8.2f}" if "torch" in row else "")
             + (f" noopt {row['noopt']:8.2f}" if "noopt" in row else "")
             + f"   {'; '.join(names)}",
             flush=True,
         )
     label = f"BEAM={args.beam}" if args.beam else "heuristic"
-    print(f"\n| workload | unit | tinycore ({label}) | numpy | torch | vs numpy | vs torch | ok |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print(f"\nmedian (best of {2 * args.reps}) per library; ratios of medians (of bests)\n")
+    noopt = any("noopt" in r for r in rows)
+    extra = " NOOPT |" if noopt else ""
+    print(f"| workload | unit | tinycore ({label}) |{extra} numpy | torch | vs numpy | vs torch | ok |")
+    print("|---|---|---:|" + ("---:|" if noopt else "") + "---:|---:|---:|---:|---|")
+
+    def cell(r: dict, lib: str) -> str:
+        return f"{float(r[lib]):.2f} ({float(r[lib + ' best']):.2f})" if lib in r else "-"
+
+    def ratio(r: dict, lib: str) -> str:
+        if lib not in r:
+            return "-"
+        med = float(r["tinycore"]) / float(r[lib])
+        best = float(r["tinycore best"]) / float(r[lib + " best"])
+        return f"{med:.2f}x ({best:.2f}x)"
+
     for r in rows:
-        t, n = float(r["tinycore"]), float(r["numpy"])  # type: ignore[arg-type]
-        tt = r.get("torch")
-        torch_cells = f"{float(tt):.2f} | {t / float(tt):.2f}x" if tt else "- | -"  # type: ignore[arg-type]
         print(
-            f"| {r['name']} | {r['unit']} | {t:.2f} | {n:.2f} | {torch_cells.split(' | ')[0]} | {t / n:.2f}x | "
-            f"{torch_cells.split(' | ')[1]} | {r['ok']} |"
+            f"| {r['name']} | {r['unit']} | {cell(r, 'tinycore')} |"
+            + (f" {cell(r, 'noopt')} |" if noopt else "")
+            + f" {cell(r, 'numpy')} | {cell(r, 'torch')} | "
+            f"{ratio(r, 'numpy')} | {ratio(r, 'torch')} | {r['ok']} |"
         )
 
 

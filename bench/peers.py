@@ -61,6 +61,8 @@ def ratio_table(out: Path) -> str:
         ours = values.get((workload, "tinycore"))
         peers = {lib: statistics.median(values[(workload, lib)]) for lib in PEERS if (workload, lib) in values}
         if not peers:
+            if ours is not None:
+                lines.append(f"| {workload} | {unit} | {statistics.median(ours):.3g} | n/a | n/a |")
             continue
         best_lib = (min if lower_better else max)(peers, key=peers.__getitem__)
         best = peers[best_lib]

@@ -17,9 +17,11 @@
 >>> from tinycore.runtime.python_device import PythonRenderer
 >>> out, inp = UOp.define_global(0, dtypes.float, 16), UOp.define_global(1, dtypes.float, 16)
 >>> x = UOp(Ops.LOAD, dtypes.float, (inp,)).reshape((4, 4))
->>> p = get_program(UOp.sink(out.reshape((4, 4)).store(x * x)), PythonRenderer())
+>>> p = get_program(UOp.sink(out.reshape((4, 4)).store(x * x)), PythonRenderer(), opts=[])
 >>> p.name, p.global_size, p.local_size, p.ins, p.outs, p.estimates.ops
 ('E_4_4', (4, 4, 1), (1, 1, 1), [1], [0], 16)
+>>> get_program(UOp.sink(out.reshape((4, 4)).store(x * x)), PythonRenderer()).local_size  # the heuristics: locals
+(4, 4, 1)
 """
 
 from __future__ import annotations

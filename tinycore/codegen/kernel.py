@@ -539,24 +539,25 @@ class _RegCtx:
 
 
 def _vector_reduce_to_register(ctx: _RegCtx, red: UOp) -> UOp | None:
-    """A REDUCE of a vector value: an accumulator of ``count`` scalar registers, each updated with its lane. (C
-    compilers turn the lane updates back into vector instructions; the PYTHON interpreter vectorizes each scalar
-    accumulation over the loop.)"""
+    """A REDUCE of a vector value: an accumulator of ``count`` scalar registers, read, updated and written as one
+    vector (renderers and the PYTHON interpreter treat a vector access through a scalar pointer as consecutive
+    elements; C compilers keep the array in vector registers).
+
+    The accumulator read is wrapped in a one-source AFTER so that the PYTHON interpreter, which can't yet fold
+    vector accumulations over a vectorized loop, runs such loops iteration by iteration (renderers treat AFTER as
+    its value)."""
     value, rngs, op = red.src[0], red.src[1:], red.arg
     if red.dtype.count == 1 or not rngs:
         return None
-    lanes = red.dtype.count
     outer = sorted(scopes(value, ctx.scope_cache)[value] - set(rngs), key=range_key)
-    acc = UOp(Ops.DEFINE_REG, red.dtype.scalar().ptr(lanes, AddrSpace.REG), (), ctx.next_reg)
+    acc = UOp(Ops.DEFINE_REG, red.dtype.scalar().ptr(red.dtype.count, AddrSpace.REG), (), ctx.next_reg)
     ctx.next_reg += 1
-    ident = UOp.const(red.dtype.scalar(), reduce_identity(op, red.dtype))
-    inits = [acc.after(*outer).index(UOp.const(dtypes.index, e)).store(ident) for e in range(lanes)]
-    out = []
-    for e in range(lanes):
-        ptr = acc.after(*inits, *rngs).index(UOp.const(dtypes.index, e))
-        update = ptr.store(ptr.load().alu(op, value.gep(e)))
-        out.append(acc.after(update.end(*rngs)).index(UOp.const(dtypes.index, e)).load())
-    return UOp(Ops.VECTORIZE, red.dtype, tuple(out))
+    zero = UOp.const(dtypes.index, 0)
+    init = acc.after(*outer).index(zero).store(UOp.const(red.dtype, reduce_identity(op, red.dtype)))
+    ptr = acc.after(init, *rngs).index(zero)
+    current = UOp(Ops.AFTER, red.dtype, (ptr.load(dtype=red.dtype),))
+    update = ptr.store(current.alu(op, value))
+    return acc.after(update.end(*rngs)).index(zero).load(dtype=red.dtype)
 
 
 pm_lower_vector_reduce = PatternMatcher(

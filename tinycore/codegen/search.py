@@ -4,7 +4,8 @@
 then repeatedly extends every kernel of the beam by one legal action (`actions`), compiles the new candidates (in
 one batch through the compiler's ``compile_many`` when it has one), times each with
 ``Program(..., wait=True)`` (through `CompiledRunner`) on random buffers of the right sizes, and keeps the
-`beam_width` fastest. It stops when a step finds nothing faster (or after `BEAM_MAX_STEPS`).
+`beam_width` fastest of the step. It stops after `BEAM_PATIENCE` steps that found nothing faster than the best so
+far (or after `BEAM_MAX_STEPS`; both can be set in the environment).
 
 Guarantees and safety:
 
@@ -12,8 +13,9 @@ Guarantees and safety:
   result is never slower than the heuristics (within timing noise);
 - the winner's output is compared with the unoptimized kernel's on the same inputs; a mismatch falls back to the
   heuristics (and is reported at ``DEBUG>=1``);
-- a candidate that fails to compile or run is dropped; one whose first run is `EARLY_STOP` times slower than the
-  best so far is not timed again; `CANDIDATE_TIMEOUT` seconds bound each step's compile batch as a whole.
+- a candidate that fails to compile or run is dropped, and so is one still compiling `CANDIDATE_TIMEOUT` seconds
+  after its step's compile batch started; one whose first run is `EARLY_STOP` times slower than the best so far
+  is not timed again (a launch can't be interrupted, so a slow one costs one run).
 
 Results are cached on disk (`tinycore.runtime.disk_cache`, table ``"beam"``) under the AST's structural key, the
 renderer (family, arch, class, thread count), the compiler's cache key parts (which include the resolved CPU
@@ -48,9 +50,10 @@ if TYPE_CHECKING:
     from tinycore.device import Buffer
     from tinycore.renderer import ProgramSpec
 
-__all__ = ["BEAM_MAX_STEPS", "Candidate", "actions", "beam_search", "beam_cache_key", "time_program"]
+__all__ = ["BEAM_MAX_STEPS", "BEAM_PATIENCE", "Candidate", "actions", "beam_search", "beam_cache_key", "time_program"]
 
 BEAM_MAX_STEPS = 12
+BEAM_PATIENCE = 1  # steps without a faster candidate before the search stops
 EARLY_STOP = 3.0  # a candidate this many times slower than the best on its first run is not timed again
 CANDIDATE_TIMEOUT = 120.0  # seconds for compiling one step's candidates
 TIMING_RUNS = 3
@@ -186,24 +189,7 @@ def _build(cands: list[Candidate], device: str) -> list[Candidate]:
         built.append((c, replace(p, src=src), src))
     if not built:
         return []
-    compiler = dev.compiler
-    start = time.perf_counter()
-    libs: list[bytes | None]
-    many = getattr(compiler, "compile_many", None)
-    try:
-        libs = list(many([s for _, _, s in built])) if callable(many) and len(built) > 1 else []
-    except Exception:  # noqa: BLE001 (fall back to one by one, which drops only the failing ones)
-        libs = []
-    if len(libs) != len(built):
-        libs = []
-        for _, _, src in built:
-            if time.perf_counter() - start > CANDIDATE_TIMEOUT:
-                libs.append(None)
-                continue
-            try:
-                libs.append(compiler.compile(src))
-            except Exception:  # noqa: BLE001
-                libs.append(None)
+    libs = _compile_all(dev.compiler, [s for _, _, s in built])
     out = []
     for (c, p, _), lib in zip(built, libs):
         if lib is None:
@@ -214,6 +200,38 @@ def _build(cands: list[Candidate], device: str) -> list[Candidate]:
             continue
         out.append(c)
     return out
+
+
+def _compile_all(compiler: Any, srcs: list[str]) -> list[bytes | None]:
+    """Compile `srcs` (one batch through ``compile_many`` when the compiler has it, else one by one); a source that
+    fails, or that is still compiling `CANDIDATE_TIMEOUT` seconds after the batch started, gives None."""
+    import concurrent.futures
+
+    start = time.perf_counter()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        many = getattr(compiler, "compile_many", None)
+        if callable(many) and len(srcs) > 1:
+            try:
+                libs = list(pool.submit(many, srcs).result(timeout=CANDIDATE_TIMEOUT))
+                if len(libs) == len(srcs):
+                    return libs
+            except concurrent.futures.TimeoutError:
+                if DEBUG >= 1:
+                    print(f"BEAM: compiling {len(srcs)} candidates took over {CANDIDATE_TIMEOUT} s; dropped")
+                return [None] * len(srcs)
+            except Exception:  # noqa: BLE001 (one by one below drops only the failing sources)
+                pass
+        out: list[bytes | None] = []
+        for src in srcs:
+            left = CANDIDATE_TIMEOUT - (time.perf_counter() - start)
+            try:
+                out.append(pool.submit(compiler.compile, src).result(timeout=max(left, 0.001)))
+            except Exception:  # noqa: BLE001 (a compile error or a timeout drops the candidate)
+                out.append(None)
+        return out
+    finally:
+        pool.shutdown(wait=False)
 
 
 def time_program(runner: Any, bufs: list[Buffer], var_vals: dict[str, int], runs: int, early: float | None) -> float:
@@ -297,6 +315,7 @@ def beam_search(k: Kernel, rawbufs: list[Buffer] | None, beam_width: int, device
     beam = sorted(timed, key=lambda c: c.seconds)[:beam_width]  # type: ignore[arg-type, return-value]
     best = beam[0]
     seen = {(c.kernel.sink, c.kernel.use_locals) for c in first}
+    stale = 0
     for step in range(getenv("BEAM_MAX_STEPS", BEAM_MAX_STEPS)):
         cands: list[Candidate] = []
         for c in beam:
@@ -321,9 +340,14 @@ def beam_search(k: Kernel, rawbufs: list[Buffer] | None, beam_width: int, device
                 + (f"{top.seconds * 1e6:.1f} us {top.kernel.applied_opts}" if top and top.seconds else "none")
                 + f" (so far {best.seconds * 1e6:.1f} us, {time.perf_counter() - start:.1f} s)"  # type: ignore[operator]
             )
-        if not good or good[0].seconds >= best.seconds:  # type: ignore[operator]
+        if not good:
             break
-        best = good[0]
+        if good[0].seconds >= best.seconds:  # type: ignore[operator]
+            stale += 1
+            if stale > getenv("BEAM_PATIENCE", BEAM_PATIENCE):
+                break
+        else:
+            best, stale = good[0], 0
         beam = good[:beam_width]
     winner = _final_choice(best, heur, bufs, var_vals, reference)
     opts = list(winner.kernel.applied_opts)

@@ -6,9 +6,7 @@ and answers its probe with ``not implemented yet``, so an installed CUDA never b
 
 from __future__ import annotations
 
-from typing import Any
-
-from tinycore.plugin import ProbeResult, hookimpl
+from tinycore.plugin.placeholder import PlaceholderHooks
 from tinycore_cuda import __version__
 
 TINYCORE_PLUGIN_API = (1, 0)
@@ -16,29 +14,6 @@ DEVICE = "CUDA"
 PRIORITY = 35
 DISTRIBUTION = "tinycore-cuda"
 
-
-@hookimpl
-def tinycore_register_devices(registry: Any) -> None:
-    """Register ``CUDA`` (no factory yet: nothing can be opened)."""
-    registry.register(DEVICE, priority=PRIORITY, api_version=TINYCORE_PLUGIN_API)
-
-
-@hookimpl
-def tinycore_probe_device(name: str) -> ProbeResult | None:
-    """Not usable yet: ``ok=False`` with reason ``not implemented yet``; None for other devices' names."""
-    if name != DEVICE:
-        return None
-    return ProbeResult(
-        ok=False,
-        reason="not implemented yet",
-        hint=f"use another device (e.g. DEV=PYTHON) until {DISTRIBUTION} implements {DEVICE}",
-        device_count=0,
-    )
-
-
-@hookimpl
-def tinycore_report_info(name: str) -> dict[str, str] | None:
-    """Version facts for ``tinycore plugins -v`` and ``tinycore doctor``."""
-    if name != DEVICE:
-        return None
-    return {DISTRIBUTION: __version__, "cuda status": "registration only"}
+tinycore_register_devices, tinycore_probe_device, tinycore_report_info = PlaceholderHooks(
+    DEVICE, priority=PRIORITY, distribution=DISTRIBUTION, version=__version__
+).hooks()
