@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tinycore
 from tinycore.device import Buffer, Compiled
 from tinycore.dtype import ALL_SCALARS, dtypes
 from tinycore.errors import CompileError
@@ -166,7 +167,7 @@ def test_hooks_for_python():
     assert isinstance(renderer, PythonRenderer) and isinstance(compiler, PythonCompiler)
     assert python_plugin.tinycore_device_capabilities("PYTHON").dtypes == frozenset(ALL_SCALARS)
     info = python_plugin.tinycore_report_info("PYTHON")
-    assert info == {"numpy": np.__version__}
+    assert info == {"tinycore": tinycore.__version__, "numpy": np.__version__}
 
 
 def test_entry_module_is_light(run_python):

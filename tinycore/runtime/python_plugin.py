@@ -77,7 +77,7 @@ def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
 
 @hookimpl
 def tinycore_report_info(name: str) -> dict[str, str] | None:
-    """The numpy version the interpreter runs on (read from metadata: numpy is not imported)."""
+    """tinycore's version and the numpy version the interpreter runs on (read from metadata: numpy is not imported)."""
     if not _is_python(name):
         return None
     from importlib.metadata import PackageNotFoundError, version
@@ -86,4 +86,4 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
         numpy_version = version("numpy")
     except PackageNotFoundError:
         numpy_version = "not installed"
-    return {"numpy": numpy_version}
+    return {"tinycore": version("tinycore"), "numpy": numpy_version}

@@ -1,5 +1,5 @@
-"""Tests of the tinycore-clang distribution: registration, probe, capabilities, metadata, light import, core
-integration."""
+"""Tests of the tinycore-clang distribution: the plugin conformance kit (every tier), plus what is CLANG's own:
+the CPU alias, the compiler probe, capabilities, the doctor check."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ import sys
 
 import pytest
 
-from tinycore.plugin import PLUGIN_API_VERSION, ProbeResult
+from tinycore.plugin import ProbeResult
+from tinycore.testkit import CoreTier, FullTier, StaticTier
 
 DIST = "tinycore-clang"
 _MISSING = f"{DIST} is not installed (pip install -e plugins/tinycore_clang)"
 tinycore_clang = pytest.importorskip("tinycore_clang", reason=_MISSING)
 plugin = pytest.importorskip("tinycore_clang.plugin", reason=_MISSING)
+
+
+class TestClangConformance(StaticTier, CoreTier, FullTier):
+    """Every tier of the kit on CLANG."""
+
+    device = "CLANG"
 
 
 class RecordingRegistry:
@@ -54,11 +61,6 @@ def test_registers_clang_above_python():
     assert call["factory"] == "tinycore_clang.device:ClangDevice"
 
 
-def test_plugin_api_is_compatible_with_core():
-    major, minor = plugin.TINYCORE_PLUGIN_API
-    assert major == PLUGIN_API_VERSION[0] and minor <= PLUGIN_API_VERSION[1]
-
-
 def test_probe_is_ok_with_a_compiler_and_ignores_other_names(monkeypatch):
     from tinycore_clang import toolchain
 
@@ -96,27 +98,6 @@ def test_doctor_check_is_installed_once():
     plugin._install_doctor_check()
     plugin._install_doctor_check()
     assert [c.name for c in DOCTOR_CHECKS].count(plugin.DOCTOR_CHECK_NAME) == 1
-
-
-def test_distribution_metadata_declares_entry_point_and_core_range():
-    dist = installed_or_skip()
-    assert dist.version == tinycore_clang.__version__
-    eps = [ep for ep in dist.entry_points if ep.group == "tinycore.devices"]
-    assert [(ep.name, ep.value) for ep in eps] == [("CLANG", "tinycore_clang.plugin")]
-    core = [req.replace(" ", "") for req in dist.requires or [] if req.startswith("tinycore") and "-" not in req[:9]]
-    assert len(core) == 1 and set(core[0].removeprefix("tinycore").split(",")) == {">=0.1", "<0.2"}
-
-
-def test_entry_module_import_is_light():
-    code = (
-        "import sys; before = set(sys.modules); import tinycore_clang.plugin; "
-        "new = set(sys.modules) - before; "
-        "print(sorted(m for m in new if m.split('.')[0] not in ('tinycore', 'tinycore_clang', 'pluggy')"
-        " and m.split('.')[0] not in sys.stdlib_module_names))"
-    )
-    out = run_python(code)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
 
 
 def test_core_opens_clang_when_a_compiler_exists():
