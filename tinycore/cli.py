@@ -1,9 +1,11 @@
-"""The ``tinycore`` command: ``tinycore plugins [--json] [-v]`` and ``tinycore doctor [DEV ...] [--json]``.
+"""The ``tinycore`` command: ``tinycore plugins [--json] [-v]``, ``tinycore doctor [DEV ...] [--json]`` and
+``tinycore bench [--only ...] [--device DEV] [--json]``.
 
 ``plugins`` lists the installed device plugins from entry-point metadata only (it imports no plugin code); ``-v``
 loads and probes them and shows state, reason, fix and what each plugin reports about itself. ``doctor`` runs the
 checks of :data:`DOCTOR_CHECKS` on each device (probe, open, allocate and copy a buffer) and prints PASS/FAIL with
-the reason and one fix. Later features add checks with :func:`add_doctor_check`.
+the reason and one fix. Later features add checks with :func:`add_doctor_check`. ``bench`` times the short suite of
+:mod:`tinycore.benchmark` against numpy and torch in the same process and prints the ratios.
 
 Exit codes: 0 success, 1 a requested device failed (or, with no device named, the default device failed),
 2 usage error.
@@ -355,6 +357,40 @@ def _print_doctor(reports: list[dict[str, Any]]) -> None:
             print(f"{' ' * width}        {key}: {value}")
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``tinycore bench``: run :mod:`tinycore.benchmark` and print its table (or JSON)."""
+    from tinycore import benchmark
+
+    names = [name.strip() for name in args.only.split(",") if name.strip()] or list(benchmark.WORKLOADS)
+    unknown = sorted(set(names) - set(benchmark.WORKLOADS))
+    if unknown:
+        print(
+            f"tinycore bench: unknown workload(s) {unknown}; choose from {sorted(benchmark.WORKLOADS)}", file=sys.stderr
+        )
+        return 2
+    if args.rounds < 1 or args.budget <= 0 or args.scale <= 0:
+        print("tinycore bench: --rounds must be >= 1, --budget and --scale > 0", file=sys.stderr)
+        return 2
+    results = benchmark.run_benchmarks(
+        names,
+        device=args.device,
+        rounds=args.rounds,
+        budget_s=args.budget,
+        size_scale=args.scale,
+        progress=benchmark.print_progress,
+    )
+    if args.json:
+        rows = [
+            dict(workload=r.workload, library=r.library, unit=r.unit, value=r.value, calls=len(r.seconds))
+            for r in results
+        ]
+        ratios = {name: benchmark.ratio(results, name) for name in names}
+        print(json.dumps({**_header(), "device": args.device, "results": rows, "ratios": ratios}, indent=2))
+    else:
+        print(benchmark.format_table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``tinycore`` command."""
     parser = argparse.ArgumentParser(prog="tinycore", description="tinycore: device plugins and diagnostics")
@@ -367,6 +403,16 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("devices", nargs="*", metavar="DEV", help="devices to check (default: every installed one)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=cmd_doctor)
+    bench = sub.add_parser("bench", help="time a short benchmark suite against numpy and torch (when installed)")
+    bench.add_argument("--only", default="", help="comma-separated workloads (default: all)")
+    bench.add_argument("--device", default=None, help="device for tinycore (default: the default device)")
+    bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds per workload (default 3)")
+    bench.add_argument("--budget", type=float, default=0.6, help="seconds of timing per workload and library")
+    bench.add_argument(
+        "--scale", type=float, default=1.0, help="multiply the problem sizes (e.g. 0.01 for a smoke run)"
+    )
+    bench.add_argument("--json", action="store_true", help="machine-readable output")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
