@@ -24,24 +24,13 @@ def tinycore_report_info(name):
     return {"tinycore-kitgood": "0.3.0"} if name == "KITGOOD" else None
 """
 
-# Heavy import, reference-device priority, an unavailable probe without a reason, a report with the wrong version.
-BAD_PLUGIN = """
-import kitbad_vendor_sdk
-from tinycore.plugin import ProbeResult, hookimpl
-TINYCORE_PLUGIN_API = (1, 0)
-
-@hookimpl
-def tinycore_register_devices(registry):
-    registry.register("KITBAD", priority=0, api_version=TINYCORE_PLUGIN_API)
-
-@hookimpl
-def tinycore_probe_device(name):
-    return ProbeResult(ok=False, reason="", hint="", device_count=0) if name == "KITBAD" else None
-
-@hookimpl
-def tinycore_report_info(name):
-    return {"tinycore-kitbad": "9.9"} if name == "KITBAD" else None
-"""
+# The good plugin with five faults: a heavy import, the reference device's priority, an unavailable probe without a
+# reason or hint, a report with the wrong version (and, below, a core requirement without an upper bound).
+BAD_PLUGIN = "import kitbad_vendor_sdk\n" + GOOD_PLUGIN.replace("KITGOOD", "KITBAD").replace(
+    "priority=7", "priority=0"
+).replace('reason="no KITBAD card", hint="plug in a KITBAD card"', 'reason="", hint=""').replace(
+    '"tinycore-kitgood": "0.3.0"', '"tinycore-kitbad": "9.9"'
+)
 
 
 def run_kit(fake_site, device: str, *selection: str):
