@@ -5,8 +5,12 @@ Rows:
 - ``chain20 replay``: a TinyJit of 20 fused elementwise ops on 1024 floats (one kernel), microseconds per call
   (the median of 7 samples of a calibrated loop), on each requested device; for CLANG with its graph runner
   (`ClangGraph`) and without (kernels launched one by one); torch eager and ``torch.compile`` for reference;
+  ``same input`` passes one tensor every call (the replay fast path), ``2 inputs`` alternates two tensors (every
+  call swaps its input buffer: the full input check);
 - ``first calls``: seconds of call 0 (eager, compiles) and call 1 (capture) of each JIT;
-- ``mlp train step``: 784-512-512-10 MLP, batch 128, SGD, inside TinyJit: steps per second, against torch eager.
+- ``mlp train step``: 784-512-512-10 MLP, batch 128, SGD, inside TinyJit: steps per second, against torch eager;
+  with ``--profile``, where a replay's time goes: the sum of its kernels' own times (each timed alone, best of 5)
+  against the replay's time, and the slowest kernels (``--profile-top N``; 0: every kernel, in execution order).
 
 Run: ``python bench/bench_jit.py [--devices CLANG PYTHON] [--no-torch]``. Reports ratios, never asserts.
 """
@@ -66,10 +70,11 @@ def bench_chain(device: str, graph: bool) -> dict[str, float]:
         second = time.perf_counter() - start
         out = jit(x)
         np.testing.assert_allclose(out.numpy(), chain20(x.numpy().astype(np.float64)), rtol=1e-4, atol=1e-4)
-        us = per_call(
-            lambda: jit(x), budget=0.08 if device != "PYTHON" else 0.3, samples=7 if device != "PYTHON" else 3
-        )
-        return {"us": us * 1e6, "first_s": first, "second_s": second}
+        budget, samples = (0.08, 7) if device != "PYTHON" else (0.3, 3)
+        us = per_call(lambda: jit(x), budget=budget, samples=samples)
+        x2 = (x + 1).realize()
+        us2 = per_call(lambda: (jit(x), jit(x2)), budget=budget, samples=samples) / 2
+        return {"us": us * 1e6, "us_two_inputs": us2 * 1e6, "first_s": first, "second_s": second}
     finally:
         dev.graph = old
 
@@ -96,7 +101,30 @@ def _mlp_init(seed: int = 0) -> list[np.ndarray]:
     return [(rng.standard_normal(s) * (np.sqrt(2.0 / s[0]) if len(s) == 2 else 0.0)).astype(np.float32) for s in shapes]
 
 
-def bench_mlp_tinycore(device: str, steps: int = 20) -> dict[str, float]:
+def replay_profile(captured: Any, top: int = 5) -> dict[str, Any]:
+    """Time each kernel of a `CapturedJit` alone (best of 5, on the last replay's inputs) and one whole replay;
+    `slowest`: the `top` slowest kernels, or with ``top=0`` every kernel in execution order."""
+    from tinycore.engine.exec_item import CompiledRunner
+
+    inputs, var_vals = captured._last_inputs, captured._last_vals
+    rows = []
+    for index, item in enumerate(captured.items):
+        bufs = list(item.bufs)
+        for (i, j), position in captured.input_slots.items():
+            if i == index:
+                bufs[j] = inputs[position]
+        bufs = [buf.ensure_allocated() for buf in bufs]
+        merged = {**(item.var_vals or {}), **var_vals}
+        seconds = min(item.runner(bufs, merged, wait=True) or 0.0 for _ in range(5))
+        ops = item.runner.estimates.ops if isinstance(item.runner, CompiledRunner) else 0
+        rows.append((seconds, item.runner.display_name, ops))
+    replay = min(per_call(lambda: captured(inputs, var_vals), budget=0.05, samples=1) for _ in range(3))
+    kernels = sum(r[0] for r in rows)
+    slowest = sorted(rows, key=lambda r: -r[0])[:top] if top else rows
+    return {"items": len(rows), "kernels_s": kernels, "replay_s": replay, "slowest": slowest}
+
+
+def bench_mlp_tinycore(device: str, steps: int = 20, profile: bool = False, top: int = 5) -> dict[str, Any]:
     from tinycore import Tensor, TinyJit
     from tinycore.nn.optim import SGD
 
@@ -116,8 +144,8 @@ def bench_mlp_tinycore(device: str, steps: int = 20) -> dict[str, float]:
         loss = -(logits.log_softmax(1) * onehot).sum() / 128
         opt.zero_grad()
         loss.backward()
-        opt.step()
-        return loss.realize()
+        # loss and update in one schedule: the loss is the one of the weights before the step (as torch's)
+        return Tensor.realize(loss, *opt.schedule_step())
 
     start = time.perf_counter()
     step(xs[0], ys[0])
@@ -130,7 +158,11 @@ def bench_mlp_tinycore(device: str, steps: int = 20) -> dict[str, float]:
         loss = step(xs[i % 2], ys[i % 2])
     loss.numpy()
     elapsed = time.perf_counter() - start
-    return {"steps_per_s": steps / elapsed, "first_s": first, "second_s": second, "loss": float(loss.item())}
+    out: dict[str, Any] = {"steps_per_s": steps / elapsed, "first_s": first, "second_s": second}
+    out["loss"] = float(loss.item())
+    if profile:
+        out["profile"] = replay_profile(step.captured, top)
+    return out
 
 
 def bench_mlp_torch(steps: int = 20) -> dict[str, float]:
@@ -166,6 +198,8 @@ def main() -> None:
     parser.add_argument("--devices", nargs="+", default=["CLANG", "PYTHON"])
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-mlp", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="break the MLP replay into kernel time and overhead")
+    parser.add_argument("--profile-top", type=int, default=5, help="slowest kernels to list (0: all, in order)")
     args = parser.parse_args()
     from tinycore.device import Device
 
@@ -183,6 +217,7 @@ def main() -> None:
                 "" if not device.startswith("CLANG") else (" graph" if graph else " no graph")
             )
             rows.append((label, f"{r['us']:9.2f} us/call  (call 0 {r['first_s']:.3f} s, call 1 {r['second_s']:.3f} s)"))
+            rows.append((label + " 2 inputs", f"{r['us_two_inputs']:9.2f} us/call"))
     if not args.no_torch:
         t = bench_torch_chain()
         rows.append(("chain20 torch eager", f"{t['eager_us']:9.2f} us/call"))
@@ -195,9 +230,18 @@ def main() -> None:
     if not args.no_mlp:
         device = next((d for d in args.devices if d != "PYTHON"), args.devices[0])
         try:
-            m = bench_mlp_tinycore(device)
+            m = bench_mlp_tinycore(device, profile=args.profile, top=args.profile_top)
             rows.append((f"mlp train step {device}", f"{m['steps_per_s']:9.2f} steps/s (call 0 {m['first_s']:.2f} s, "
                          f"call 1 {m['second_s']:.2f} s, loss {m['loss']:.4f})"))  # fmt: skip
+            if "profile" in m:
+                prof = m["profile"]
+                share = prof["kernels_s"] / prof["replay_s"] if prof["replay_s"] else float("nan")
+                rows.append((f"mlp replay {device}", f"{prof['replay_s'] * 1e3:9.2f} ms, kernels alone "
+                             f"{prof['kernels_s'] * 1e3:.2f} ms ({share:.0%}) in {prof['items']} items"))  # fmt: skip
+                for seconds, name, ops in prof["slowest"]:
+                    gflops = ops / seconds / 1e9 if seconds and isinstance(ops, int) else 0.0
+                    share = seconds / prof["kernels_s"] if prof["kernels_s"] else 0.0
+                    rows.append((f"  kernel {name[:30]}", f"{seconds * 1e3:9.3f} ms {gflops:7.1f} GFLOPS {share:4.0%}"))
         except Exception as error:  # noqa: BLE001 - report what is missing (autograd, optimizer) and go on
             rows.append((f"mlp train step {device}", f"failed: {type(error).__name__}: {str(error)[:100]}"))
             m = None

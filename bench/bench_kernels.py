@@ -11,6 +11,8 @@ Workloads (float32):
 - ``matmul_512`` / ``matmul_1024``: ``C = A @ B`` as one kernel (GFLOPS, 2*n^3 flops);
 - ``sum_16M``: the sum of 16M floats into one value (GB/s of input read);
 - ``elementwise_16M``: ``a*b + a`` (GB/s of 3 arrays moved);
+- ``pack_1024``: the packing copy of a matmul's right operand into 16-column panels (GB/s of input + output);
+- ``transpose_2048``: ``a.T`` into a contiguous buffer (GB/s of input + output);
 - ``softmax_4096``: softmax over the rows of a 4096 x 4096 matrix as three kernels (row max, row sum of exp, divide;
   GB/s of input + output).
 
@@ -78,6 +80,15 @@ def elementwise_ast(n: int) -> UOp:
     """``out = a * b + a`` (buffers: out, a, b)."""
     a, b = _load(1, n), _load(2, n)
     return UOp.sink(UOp.define_global(0, F32, n).store(a * b + a))
+
+
+def permute_ast(shape: tuple[int, ...], order: tuple[int, ...]) -> UOp:
+    """``out = a.permute(order)`` into a contiguous buffer (buffers: out, a)."""
+    size = math.prod(shape)
+    out_shape = tuple(shape[i] for i in order)
+    return UOp.sink(
+        UOp.define_global(0, F32, size).reshape(out_shape).store(_load(1, size).reshape(shape).permute(order))
+    )
 
 
 def softmax_asts(rows: int, cols: int) -> list[UOp]:
@@ -155,6 +166,32 @@ def workloads(only: set[str] | None) -> list[Workload]:
                 lambda arr: arr[1].astype(np.float64) * arr[2] + arr[1],
                 lambda arr: arr[1] * arr[2] + arr[1],
                 lambda t: t[1] * t[2] + t[1],
+            )
+        )  # fmt: skip
+    panel = 16
+    n = 1024
+    if want(f"pack_{n}"):  # a matmul's right operand copied into column panels (tinycore.frontend.processing)
+        b = rng.standard_normal(n * n, np.float32)
+        shape, order = (n, n // panel, panel), (1, 0, 2)
+        out.append(
+            Workload(
+                f"pack_{n}", "GB/s", 8.0 * n * n, [(permute_ast(shape, order), [0, 1])],
+                [np.zeros(n * n, np.float32), b], 0,
+                lambda arr, s=shape, o=order: arr[1].reshape(s).transpose(o).ravel(),
+                lambda arr, s=shape, o=order: np.ascontiguousarray(arr[1].reshape(s).transpose(o)),
+                lambda t, s=shape, o=order: t[1].reshape(s).permute(o).contiguous(),
+            )
+        )  # fmt: skip
+    n = 2048
+    if want(f"transpose_{n}"):
+        a = rng.standard_normal(n * n, np.float32)
+        out.append(
+            Workload(
+                f"transpose_{n}", "GB/s", 8.0 * n * n, [(permute_ast((n, n), (1, 0)), [0, 1])],
+                [np.zeros(n * n, np.float32), a], 0,
+                lambda arr, n=n: arr[1].reshape(n, n).T.ravel(),
+                lambda arr, n=n: np.ascontiguousarray(arr[1].reshape(n, n).T),
+                lambda t, n=n: t[1].reshape(n, n).T.contiguous(),
             )
         )  # fmt: skip
     if want("softmax_4096"):

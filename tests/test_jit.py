@@ -394,6 +394,12 @@ def test_graph_batches(dev: str) -> None:
     before = GlobalCounters.kernel_count
     f(rand(16, dev=dev)[0])
     assert GlobalCounters.kernel_count - before == 10
+    x, xn = rand(16, dev=dev, seed=9)
+    x.realize()
+    for _ in range(3):  # the same input: every one of the 3 graphs resubmits
+        before = GlobalCounters.kernel_count
+        np.testing.assert_allclose(f(x).numpy(), xn + 10, rtol=1e-6)
+        assert GlobalCounters.kernel_count - before == 10
 
 
 def test_reset_recaptures(dev: str) -> None:
@@ -450,3 +456,189 @@ def test_captured_jit_replays_in_fresh_process(dev: str, tmp_path: object) -> No
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[2.0, 0.0, 9.0, 4.0]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the replay fast path (the same arguments as the last replay) and more input forms
+
+
+def test_tuple_positional_and_dict_keyword_inputs(dev: str) -> None:
+    @TinyJit
+    def f(pair: tuple, *, extra: dict) -> Tensor:
+        return pair[0] - pair[1] * extra["scale"]
+
+    for i in range(4):
+        (a, an), (b, bn), (s, sn) = (rand(3, dev=dev, seed=i * 3 + k) for k in range(3))
+        np.testing.assert_allclose(f((a, b), extra={"scale": s}).numpy(), an - bn * sn, rtol=1e-5)
+    assert f.captured is not None and len(f.captured.specs) == 3
+
+
+def test_list_mutated_in_place_is_not_stale(dev: str) -> None:
+    @TinyJit
+    def f(xs: list) -> Tensor:
+        return xs[0] + xs[1]
+
+    (a, an), (b, bn) = rand(4, dev=dev, seed=1), rand(4, dev=dev, seed=2)
+    xs = [a, b]
+    for _ in range(3):
+        np.testing.assert_allclose(f(xs).numpy(), an + bn, rtol=1e-6)
+    c, cn = rand(4, dev=dev, seed=3)
+    xs[1] = c  # the same list object, a new tensor inside: must be swapped in
+    np.testing.assert_allclose(f(xs).numpy(), an + cn, rtol=1e-6)
+
+
+def test_same_input_replays_see_new_contents(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 3 + 1
+
+    x, xn = rand(8, dev=dev, seed=0)
+    x.realize()
+    outs = []
+    for i in range(5):
+        new = xn + i
+        x.assign(Tensor(new, device=dev)).realize()  # same tensor, new contents (same buffer)
+        before = jit_stats.replays
+        out = f(x)
+        outs.append(out)
+        np.testing.assert_allclose(out.numpy(), new * 3 + 1, rtol=1e-6)
+        if i >= 2:
+            assert jit_stats.replays == before + 1
+    assert outs[-1] is not outs[-2]  # a new Tensor per call, over the same buffer
+    assert outs[-1].uop is outs[-2].uop
+    derived = (outs[-1] - 1).realize()  # computed from the JIT's output buffer, then the same replay again
+    np.testing.assert_allclose(derived.numpy(), (xn + 4) * 3, rtol=1e-6)
+    x.assign(Tensor(xn - 10, device=dev)).realize()
+    f(x)
+    np.testing.assert_allclose((outs[-1] - 1).numpy(), (xn - 10) * 3, rtol=1e-5)  # not the realized-table value
+
+
+def test_same_tensor_with_new_variable_value(dev: str) -> None:
+    @TinyJit
+    def f(x: Tensor, n: object) -> Tensor:
+        return (x.shrink(((0, n),)) * 2).sum()
+
+    x, xn = rand(10, dev=dev, seed=4)
+    x.realize()
+    var = Variable("n", 1, 10)
+    for value in (4, 4, 4, 4, 7, 7, 2, 4):
+        np.testing.assert_allclose(f(x, var.bind(value)).numpy(), (xn[:value] * 2).sum(), rtol=1e-5)
+
+
+def test_symbolic_batch_replays_at_other_batch_sizes(dev: str) -> None:
+    wn = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    w = Tensor(wn, device=dev).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x @ w).relu() * 2
+
+    data, dn = rand(10, 4, dev=dev, seed=2)
+    data.realize()
+    batch = Variable("batch", 1, 10)
+    captures = jit_stats.captures
+    for size in (8, 8, 5, 3, 8, 10, 1):
+        out = f(data.shrink(((0, batch.bind(size)), (0, 4))))
+        assert out.shape[1] == 3 and out.shape[0].unbind()[1] == size  # the call's batch, not the capture's
+        expected = np.maximum(dn[:size] @ wn, 0) * 2
+        np.testing.assert_allclose(out.shrink(((0, size), (0, 3))).numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert jit_stats.captures == captures + 1  # captured at 8, replayed at every other size
+
+
+def test_inputs_aliased_differently_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return a * b
+
+    _warm(f, rand(4, dev=dev, seed=1)[0], rand(4, dev=dev, seed=2)[0])  # two buffers
+    assert f.captured is not None and f.captured.aliases == (0, 1)
+    x = rand(4, dev=dev, seed=3)[0].realize()
+    with pytest.raises(JitError, match="share buffers differently"):
+        f(x, x)
+
+
+def test_variable_bound_to_two_values_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(x: Tensor, n: object) -> Tensor:
+        return x.sum() * 2
+
+    data = Tensor.ones(10, device=dev).contiguous().realize()
+    var = Variable("m", 1, 10)
+    with pytest.raises(JitError, match="bound to both"):
+        for _ in range(2):  # call 0 runs eagerly; the capture checks the inputs
+            f(data.shrink(((0, var.bind(3)),)), var.bind(4))
+
+
+def test_reset_of_a_loaded_program_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a + 1
+
+    _warm(f, Tensor.ones(4, device=dev).contiguous())
+    g = TinyJit(captured=pickle.loads(pickle.dumps(f.captured)))
+    with pytest.raises(JitError, match="no function"):
+        g.reset()
+
+
+def test_changed_shape_after_fast_replays_is_an_error(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 2
+
+    x = Tensor.ones(4, device=dev).contiguous().realize()
+    for _ in range(4):
+        f(x)  # the same argument: the fast path
+    with pytest.raises(JitError, match="argument 0 changed shape"):
+        f(Tensor.ones(6, device=dev).contiguous())
+    with pytest.raises(JitError, match="argument 0 changed dtype"):
+        f(Tensor.ones(4, device=dev, dtype=dtypes.int32).contiguous())
+    assert f(x).tolist() == [2.0] * 4
+
+
+def test_same_arguments_skip_input_checks_and_graph_update(dev: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    @TinyJit
+    def f(a: Tensor, n: object) -> Tensor:
+        return (a.shrink(((0, n),)) + 1).sum()
+
+    x, xn = rand(8, dev=dev, seed=0)
+    y, yn = rand(8, dev=dev, seed=1)
+    var = Variable("k", 1, 8)
+    for _ in range(3):
+        f(x, var.bind(5))
+    captured = f.captured
+    assert captured is not None and captured.graphs
+    calls = {"update": 0, "check": 0}
+    graph = captured.graphs[0]
+    real_update, real_check = graph.update, captured.check
+
+    def counting_update(*args: object) -> object:
+        calls["update"] += 1
+        return real_update(*args)  # type: ignore[arg-type]
+
+    def counting_check(*args: object) -> None:
+        calls["check"] += 1
+        real_check(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(graph, "update", counting_update)
+    monkeypatch.setattr(captured, "check", counting_check)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, var.bind(5)).numpy(), (xn[:5] + 1).sum(), rtol=1e-5)
+    assert calls == {"update": 0, "check": 0}  # identical arguments: straight to the graph
+    np.testing.assert_allclose(f(y, var.bind(5)).numpy(), (yn[:5] + 1).sum(), rtol=1e-5)
+    np.testing.assert_allclose(f(y, var.bind(3)).numpy(), (yn[:3] + 1).sum(), rtol=1e-5)
+    assert calls == {"update": 2, "check": 2}
+
+
+def test_outputs_with_variable_offsets_follow_each_call(dev: str) -> None:
+    @TinyJit
+    def f(a: Tensor, n: object) -> tuple[Tensor, Tensor]:
+        doubled = (a * 2).contiguous()
+        return doubled.shrink(((n, n + 2),)), a.shrink(((n, n + 3),))  # a view of the JIT's buffer, of the input
+
+    xn = np.arange(10, dtype=np.float32)
+    x = Tensor(xn, device=dev).realize()
+    offset = Variable("offset", 0, 7)
+    for value in (1, 1, 4, 2, 5, 0):
+        window, input_view = f(x, offset.bind(value))
+        assert window.sum().item() == (xn[value : value + 2] * 2).sum()
+        assert input_view.sum().item() == xn[value : value + 3].sum()

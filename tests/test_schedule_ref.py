@@ -157,6 +157,8 @@ def eval_value(root: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]) -> d
             vals[u] = src[0]
         elif op is Ops.CONST:
             vals[u] = np.array(u.arg, dtype=_np_dtype(u.dtype))
+        elif op is Ops.IOTA:
+            vals[u] = np.arange(u.arg, dtype=_np_dtype(u.dtype))
         elif op is Ops.DEFINE_VAR:
             vals[u] = np.array(var_vals[u.arg[0]], dtype=_np_dtype(u.dtype))
         elif op in GroupOp.Movement:

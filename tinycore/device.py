@@ -63,9 +63,14 @@ def __getattr__(name: str) -> Any:
 
 def _device_lookup(name: str) -> Compiled:
     """The opened `Compiled` device for `name` (through the registry; tests may replace this function)."""
-    from tinycore.plugin.registry import Device
+    return _registry()[name]
 
-    return Device[name]
+
+@functools.cache
+def _registry() -> Any:
+    from tinycore.plugin.registry import Device  # imported once, on first use (every new Buffer looks it up)
+
+    return Device
 
 
 def _default_device() -> str:
@@ -292,10 +297,14 @@ class Buffer:
         """Size in bytes."""
         return self.size * self.dtype.itemsize
 
-    @functools.cached_property
+    @property
     def allocator(self) -> Allocator:
         """The allocator of this buffer's device (opens the device on first use)."""
-        return _device_lookup(self.device).allocator
+        try:  # cached by hand: functools.cached_property takes a lock on every first access before Python 3.12
+            return self._allocator
+        except AttributeError:
+            self._allocator: Allocator = _device_lookup(self.device).allocator
+            return self._allocator
 
     def __repr__(self) -> str:
         state = "allocated" if self.is_allocated() else "lazy"

@@ -11,7 +11,9 @@ dtypes.float
 from __future__ import annotations
 
 import math
+import operator
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, ClassVar, Final
@@ -30,8 +32,17 @@ class AddrSpace(Enum):
 _ADDRSPACE_ORDER: Final[dict[AddrSpace, int]] = {space: i for i, space in enumerate(AddrSpace)}
 
 
+_FIELD_GETTERS: dict[type, Callable[[Any], tuple]] = {}
+
+
 def _field_values(dtype: DType) -> tuple:
-    return tuple(getattr(dtype, f.name) for f in fields(dtype))
+    """The values of all dataclass fields of `dtype`, in order (what the generated ``__eq__`` compares); the
+    getter is built once per class: `dataclasses.fields` costs more than the whole comparison."""
+    getter = _FIELD_GETTERS.get(dtype.__class__)
+    if getter is None:
+        getter = operator.attrgetter(*(f.name for f in fields(dtype)))  # DType has 6 fields: always a tuple
+        _FIELD_GETTERS[dtype.__class__] = getter
+    return getter(dtype)
 
 
 @dataclass(frozen=True, eq=True)
@@ -78,8 +89,12 @@ class DType:
             return True
         if other.__class__ is not self.__class__:
             return NotImplemented
-        if hash(self) != hash(other):
-            return False
+        try:
+            if self._hash != other._hash:  # type: ignore[attr-defined]
+                return False
+        except AttributeError:  # a hash not computed yet
+            if hash(self) != hash(other):
+                return False
         return _field_values(self) == _field_values(other)
 
     def __repr__(self) -> str:
@@ -137,11 +152,9 @@ class PtrDType(DType):
     v: int = 1
     size: int = -1
 
-    def __hash__(self) -> int:  # the dataclass decorator would otherwise replace the cached hash of DType
-        return DType.__hash__(self)
-
-    def __eq__(self, other: object) -> bool:  # likewise for the fast comparison
-        return DType.__eq__(self, other)
+    # the dataclass decorator would otherwise replace the cached hash and the fast comparison of DType
+    __hash__ = DType.__hash__
+    __eq__ = DType.__eq__
 
     def _hash_key(self) -> tuple:
         return (self.priority, self.itemsize, self.count, _ADDRSPACE_ORDER[self.addrspace], self.v, self.size)

@@ -10,10 +10,12 @@ Conventions (PyTorch is the oracle):
 - `MAX` (``torch.maximum``): the larger operand gets the gradient; equal operands split it 0.5 / 0.5.
 - `REDUCE_AXIS` MAX (``torch.amax``): the gradient goes to the maximal elements, split evenly among ties.
 - `REDUCE_AXIS` MUL (``torch.prod``): ``grad * prod / x``; exact for non-zero inputs (a zero input gives NaN/inf).
-- comparisons, `BITCAST`, `TRUNC`, integer and bool nodes have no gradient; `DETACH` stops it.
+- comparisons, `BITCAST`, integer and bool nodes have no gradient; `DETACH` stops it.
+- `TRUNC` (and so floor, ceil, round and sign, which are built on it) has a zero gradient, as in PyTorch.
 - `EXPAND` sums the gradient over the expanded axes; `PAD` and `SHRINK` are each other's inverse; `PERMUTE` applies
   the inverse permutation; `FLIP` flips again; `COPY` copies the gradient back to the source's device.
 - `CONTIGUOUS_BACKWARD` makes the gradient contiguous (realized in its own buffer).
+- `ASSIGN` passes the gradient to the assigned value (that is what the result holds), none to the old contents.
 
 >>> from tinycore.dtype import dtypes
 >>> from tinycore.engine.schedule import new_buffer_uop
@@ -98,6 +100,12 @@ def _expand_grad(ctx: UOp, ret: UOp) -> tuple[UOp]:
     return (ctx.r(Ops.ADD, axes) if axes else ctx,)
 
 
+def _multi_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    from tinycore.engine.multi import multi_source_grads  # multi-device roots only (see tinycore.engine.multi)
+
+    return multi_source_grads(ctx, ret)
+
+
 def _ln2(x: UOp) -> UOp:
     return full_like(x, math.log(2))
 
@@ -149,7 +157,10 @@ pm_gradient = PatternMatcher(
             ),
         ),
         (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="ret"), lambda ctx, ret: (None, None)),
-        (UPat((Ops.TRUNC, Ops.BITCAST), name="ret"), lambda ctx, ret: (None,)),
+        # rounding is flat almost everywhere: a zero gradient (as PyTorch gives for trunc/floor/ceil/round/sign),
+        # not None, so that inputs reached only through rounding still get a (zero) `.grad`
+        (UPat(Ops.TRUNC, name="ret"), lambda ctx, ret: (full_like(ret.src[0], 0.0),)),
+        (UPat(Ops.BITCAST, name="ret"), lambda ctx, ret: (None,)),
         # movement
         (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
         (UPat(Ops.EXPAND, name="ret"), _expand_grad),
@@ -172,6 +183,9 @@ pm_gradient = PatternMatcher(
         (UPat(Ops.NOOP, name="ret"), lambda ctx, ret: (ctx,) * len(ret.src)),
         (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),
         (UPat(Ops.AFTER, name="ret"), lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1)),
+        # the result of an assign is the assigned value; the overwritten target gets nothing
+        (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
+        (UPat(Ops.MULTI, name="ret"), _multi_grad),
     ],
     name="gradient",
 )
@@ -188,6 +202,11 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
     reached are absent). One walk in reverse topological order; a node used several times gets the sum of its
     gradients. Only the part of the graph between `root` and the targets is differentiated.
     """
+    targets = list(targets)
+    if any(t.op is Ops.MULTI for t in targets):  # sharded tensors: differentiate through their shards
+        from tinycore.engine.multi import gradient_of_shards
+
+        return gradient_of_shards(root, root_grad, targets, compute_gradient)
     target_set = set(targets)
     topo = list(root.toposort())
     # nodes with a target below them (through differentiable edges): only they need gradients

@@ -173,7 +173,10 @@ class Renderer:
       such axes), `shared_max`: bytes of shared memory per group;
     - `tensor_cores`: the WMMA instructions it can render; `native_ops`: names of `Ops` it renders directly (for
       example ``"MULACC"``, ``"EXP2"``); core decomposes every other op before rendering;
-    - `supported_dtypes`: scalar dtypes it can load, store and compute in.
+    - `supported_dtypes`: scalar dtypes it can load, store and compute in;
+    - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
+      `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
+      this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously.
 
     Renderers pickle as ``(device family, arch)`` and are rebuilt through the plugin's `tinycore_compile_target`
     hook, so BEAM workers and compile-only tools get an identical renderer without any hardware.
@@ -191,6 +194,8 @@ class Renderer:
     tensor_cores: list[TensorCore] = []  # read-only default: subclasses assign their own
     native_ops: frozenset[str] = frozenset()
     supported_dtypes: frozenset[DType] = frozenset(ALL_SCALARS)
+    vector_bytes: int = 32
+    gemm_panel_bytes: int = 0
 
     def render(self, uops: list[UOp]) -> str:
         """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text."""

@@ -31,10 +31,18 @@ from tinycore.dtype import (
     sum_acc_dtype,
 )
 from tinycore.engine.multi import MultiDeviceError, gather, multi_uop, shard_uop, to_multi
-from tinycore.engine.schedule import ScheduleItem, buffer_of, new_buffer_uop, realized_view, schedule_outputs
+from tinycore.engine.schedule import (
+    ScheduleItem,
+    buffer_of,
+    new_buffer_uop,
+    realized_view,
+    schedule_for_run,
+    schedule_outputs,
+)
 from tinycore.frontend import (
     AutogradMixin,
     CreationMixin,
+    DataMixin,
     ElementwiseMixin,
     MovementMixin,
     ProcessingMixin,
@@ -46,9 +54,22 @@ from tinycore.uop.ops import GroupOp, Ops, UOp, sint
 
 __all__ = ["Tensor"]
 
+_BOOL = dtypes.bool
+_COMPARISON = GroupOp.Comparison
+_MOVEMENT = GroupOp.Movement
+
+_SPLIT_REDUCE_MIN = 1 << 18  # full reductions of at least this many elements run as two kernels (see `_reduce`)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
+
+
+def _to_np_dtype(dtype: DType) -> Any:
+    """The numpy dtype holding `dtype`'s values, or None where numpy has none (bfloat16), as in tinygrad."""
+    import numpy as np
+
+    return np.dtype(dtype.fmt) if dtype.fmt is not None else None
 
 
 def _canonical_device(device: str | tuple[str, ...] | None) -> Any:
@@ -106,14 +127,39 @@ def _scalar_category(value: ConstType) -> int:
     return 0 if isinstance(value, bool) else (1 if isinstance(value, int) else 2)
 
 
-def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None) -> Tensor:
-    """A Tensor around `uop` (`shape`, when the caller knows it, saves the UOp's shape inference)."""
+def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A Tensor around `uop` (`shape`, when the caller knows it, saves the UOp's shape inference).
+
+    `requires_grad` is the result's flag as an op propagates it (`_grad_of`); it does not make the result a tensor
+    whose `.grad` `backward()` fills (only the `requires_grad` setter does that)."""
     if isinstance(device, tuple):  # multi-device: keep MULTI at the top of the graph (tinycore.engine.multi)
         uop, device = to_multi(uop)
     t = object.__new__(Tensor)
-    t.uop, t.device, t._requires_grad, t.grad = uop, device, None, None
+    t.uop, t.device, t._requires_grad, t.grad = uop, device, requires_grad, None
     t._shape = uop.shape if shape is None else shape
     return t
+
+
+def _grad_of(*flags: bool | None) -> bool | None:
+    """`requires_grad` of an op's result from its inputs' flags (tinygrad 0.11): True when any input is True, else
+    None when any is None, else False."""
+    if True in flags:
+        return True
+    return None if None in flags else False
+
+
+def _grad_of2(a: bool | None, b: bool | None) -> bool | None:
+    """`_grad_of(a, b)` for the two operands of a binary op (the hot path: no tuple)."""
+    if a is b:
+        return a
+    return True if a or b else None
+
+
+# (type, value, device, shape) -> (dtype, the broadcast constant uop) of a nonzero Python scalar operand of a
+# tensor of that dtype: the hot eager path (`x * 1.5`) finds its operand with one lookup, the dtype compared by
+# identity (zero stays out: -0.0 == 0.0 would share a key)
+_scalar_operands: dict[tuple, tuple[DType, UOp]] = {}
+_new_tensor = object.__new__
 
 
 def _bf16_bits(arr: Any) -> Any:
@@ -166,6 +212,14 @@ def _const_uop(value: ConstType, dtype: DType, device: str, shape: tuple[sint, .
 
 
 @functools.cache
+def _runners() -> tuple[Any, Any]:
+    """`run_cached_schedule` and `run_schedule` of `tinycore.engine.realize`, imported on first use."""
+    from tinycore.engine.realize import run_cached_schedule, run_schedule
+
+    return run_cached_schedule, run_schedule
+
+
+@functools.cache
 def _run_schedule() -> Any:
     """`tinycore.engine.realize.run_schedule`, imported on first use (it pulls in the device runtime)."""
     from tinycore.engine.realize import run_schedule
@@ -184,36 +238,15 @@ def _view_base(u: UOp) -> UOp:
 
 
 def _iota(n: int, device: str) -> Tensor:
-    """`[0, 1, ..., n-1]` as int32, built from constants and index math only (no buffer input, one kernel).
-
-    Binary digits: ``i = sum_j bit_j(i) * 2**j``, where ``bit_j`` is the 2-element tensor ``[0, 1]`` (a padded
-    constant) broadcast along axis j of a ``(2,) * k`` cube, so each element costs O(log n) operations. An O(n)
-    construction needs a tensor-level index op that `tinycore/uop/ops.py` does not have yet: a leaf whose value is
-    its own position (``IOTA``, shape ``(n,)``, lowered to the output range). This helper is the only place that
-    would change.
-    """
-    if n <= 1:
-        return Tensor.full((n,), 0, dtype=dtypes.int32, device=device)
-    k = (n - 1).bit_length()
-    bit = _wrap(UOp.const(dtypes.int32, 1, device).reshape((1,)).pad(((1, 0),)), device)  # [0, 1]
-    total: Tensor | None = None
-    for j in range(k):
-        shape = [1] * k
-        shape[j] = 2
-        term = bit.reshape(*shape).expand(*([2] * k))
-        weight = 1 << (k - 1 - j)
-        term = term * weight if weight != 1 else term
-        total = term if total is None else total + term
-    assert total is not None
-    flat = total.reshape(1 << k)
-    return flat.shrink(((0, n),)) if n != 1 << k else flat
+    """`[0, 1, ..., n-1]` as int32: one IOTA leaf (no buffer input), lowered to the flat loop index: O(n) work."""
+    return _wrap(UOp.iota(n, device), device, (n,))
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # the Tensor
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin, AutogradMixin):
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin, AutogradMixin, DataMixin):
     """A lazily evaluated multi-dimensional array on one device.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, nested lists/tuples
@@ -452,6 +485,21 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and `lst`) into buffers; returns self. `Tensor.realize(a, b)` realizes both."""
+        if not lst and type(self.device) is str:  # one tensor on one device: the eager loop's case, fewer steps
+            uop = base = self.uop
+            while base.op in _MOVEMENT:
+                base = base.src[0]
+            if base.op is Ops.BUFFER:
+                return self
+            entry, walk, bufs, new = schedule_for_run((uop,))
+            if new[0] is not None:
+                if _grad_tensors.data:  # the WeakSet's own truth test is a Python-level __len__
+                    note_realized(self, new[0])
+                self.uop = new[0]
+            run_cached, run_schedule = _runners()
+            if not run_cached(entry, bufs, walk.var_vals, do_update_stats):
+                run_schedule(entry.items_on(bufs), walk.var_vals, do_update_stats=do_update_stats)
+            return self
         for t in (self, *lst):
             if _view_base(t.uop).op is not Ops.BUFFER and not (
                 t.uop.op is Ops.MULTI and all(_view_base(s).op is Ops.BUFFER for s in t.uop.src)
@@ -558,11 +606,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
     def contiguous(self) -> Tensor:
         """This value in its own buffer, elements in order (a no-op for a tensor that already is one)."""
-        return _wrap(self.uop.contiguous(), self.device, self._shape)
+        return _wrap(self.uop.contiguous(), self.device, self._shape, self._requires_grad)
 
     def detach(self) -> Tensor:
-        """The same value, cut from gradient tracking."""
-        return _wrap(self.uop.detach(), self.device, self._shape)
+        """The same value, cut from gradient tracking (`requires_grad` False)."""
+        return _wrap(self.uop.detach(), self.device, self._shape, False)
 
     def assign(self, x: Any) -> Tensor:
         """Write `x` (broadcast and cast to this tensor's shape and dtype) into this tensor's buffer, lazily.
@@ -610,10 +658,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             raise RuntimeError(f"can't broadcast a tensor of shape {_fmt_shape(self.shape)} to {_fmt_shape(shape)}")
         padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
         uop = self.uop.reshape(padded) if padded != self.shape else self.uop
-        return _wrap(uop.expand(shape) if padded != shape else uop, self.device, shape)
+        return _wrap(uop.expand(shape) if padded != shape else uop, self.device, shape, self._requires_grad)
 
     def _const_like(self, value: ConstType, dtype: DType, shape: tuple[sint, ...] = ()) -> Tensor:
-        return _wrap(_const_uop(value, dtype, self.device, shape), self.device, shape)
+        return _wrap(_const_uop(value, dtype, self.device, shape), self.device, shape, False)
 
     def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         x = self
@@ -631,21 +679,61 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
                 x, y = x._broadcast_to(shape), y._broadcast_to(shape)
         elif isinstance(y, (bool, int, float)):
             dtype = x.dtype
-            if _scalar_category(y) > _category(dtype):
+            promoted = _scalar_category(y) > _category(dtype)
+            if promoted:
                 dtype = dtypes.default_float if isinstance(y, float) else dtypes.default_int
                 x = x.cast(dtype)
-            y = _wrap(_const_uop(y, dtype, x.device, x._shape), x.device, x._shape)
+            const = _const_uop(y, dtype, x.device, x._shape)
+            if not promoted and y and type(y) is not bool and type(x.device) is str:
+                if len(_scalar_operands) > 4096:
+                    _scalar_operands.clear()
+                try:
+                    _scalar_operands[(type(y), y, x.device, x._shape)] = (dtype, const)
+                except TypeError:  # symbolic shapes may not hash
+                    pass
+            y = _wrap(const, x.device, x._shape, False)  # a scalar operand never needs a gradient
         else:
             raise TypeError(f"unsupported operand type: Tensor and {type(y).__name__}")
         return (y, x) if reverse else (x, y)
 
     def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
+        # fast paths (most eager ops): a nonzero Python scalar seen before with this dtype, device and shape, or a
+        # tensor of the same device, dtype and shape; both build the result exactly as the general path does
+        kind = type(y)
+        uop = self.uop
+        if kind is float or kind is int:
+            found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
+            if found is not None and found[0] is uop.dtype:
+                operand = found[1]
+                t = _new_tensor(Tensor)
+                srcs = (operand, uop) if reverse else (uop, operand)
+                t.uop = UOp(op, _BOOL if op in _COMPARISON else uop.dtype, srcs)
+                t.device, t._requires_grad, t.grad, t._shape = self.device, self._requires_grad, None, self._shape
+                return t
+        elif kind is Tensor:
+            other = y.uop
+            if (
+                other.dtype is uop.dtype
+                and y._shape == self._shape
+                and type(self.device) is str
+                and (y.device is self.device or y.device == self.device)
+            ):
+                t = _new_tensor(Tensor)
+                t.uop = UOp(op, _BOOL if op in _COMPARISON else uop.dtype, (other, uop) if reverse else (uop, other))
+                t.device, t.grad, t._shape = self.device, None, self._shape
+                t._requires_grad = _grad_of2(self._requires_grad, y._requires_grad)
+                return t
         x, y = self._broadcasted(y, reverse)
         a, b = x.uop, y.uop
-        return _wrap(UOp(op, dtypes.bool if op in GroupOp.Comparison else a.dtype, (a, b)), x.device, x._shape)
+        return _wrap(
+            UOp(op, _BOOL if op in _COMPARISON else a.dtype, (a, b)),
+            x.device,
+            x._shape,
+            _grad_of2(x._requires_grad, y._requires_grad),
+        )
 
     def _unop(self, op: Ops) -> Tensor:
-        return _wrap(self.uop.alu(op), self.device, self._shape)
+        return _wrap(self.uop.alu(op), self.device, self._shape, self._requires_grad)
 
     def _float_unop(self, op: Ops) -> Tensor:
         return self.cast(least_upper_float(self.dtype))._unop(op)
@@ -668,25 +756,26 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         """True division: integer operands are promoted to the default float first."""
         a, b = self._broadcasted(x, reverse)
         dt = least_upper_float(a.dtype)
-        return _wrap(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop), a.device, a._shape)
+        grad = _grad_of2(a._requires_grad, b._requires_grad)
+        return _wrap(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop), a.device, a._shape, grad)
 
     def __add__(self, x: Any) -> Tensor:
-        return self.add(x)
+        return self._binop(Ops.ADD, x)
 
     def __radd__(self, x: Any) -> Tensor:
-        return self.add(x, True)
+        return self._binop(Ops.ADD, x, True)
 
     def __sub__(self, x: Any) -> Tensor:
-        return self.sub(x)
+        return self._binop(Ops.SUB, x)
 
     def __rsub__(self, x: Any) -> Tensor:
-        return self.sub(x, True)
+        return self._binop(Ops.SUB, x, True)
 
     def __mul__(self, x: Any) -> Tensor:
-        return self.mul(x)
+        return self._binop(Ops.MUL, x)
 
     def __rmul__(self, x: Any) -> Tensor:
-        return self.mul(x, True)
+        return self._binop(Ops.MUL, x, True)
 
     def __truediv__(self, x: Any) -> Tensor:
         return self.div(x)
@@ -730,7 +819,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
-        return _wrap(a.uop.alu(op, b.uop), a.device, a._shape)
+        return _wrap(a.uop.alu(op, b.uop), a.device, a._shape, _grad_of2(a._requires_grad, b._requires_grad))
 
     # ----- comparisons (bool results)
 
@@ -742,11 +831,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
     def __le__(self, x: Any) -> Tensor:
         a, b = self._broadcasted(x)
-        return _wrap(a.uop.alu(Ops.CMPLT, b.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape)
+        grad = _grad_of2(a._requires_grad, b._requires_grad)
+        return _wrap(a.uop.alu(Ops.CMPLT, b.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape, grad)
 
     def __ge__(self, x: Any) -> Tensor:
         a, b = self._broadcasted(x)
-        return _wrap(b.uop.alu(Ops.CMPLT, a.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape)
+        grad = _grad_of2(a._requires_grad, b._requires_grad)
+        return _wrap(b.uop.alu(Ops.CMPLT, a.uop).alu(Ops.OR, a.uop.alu(Ops.CMPEQ, b.uop)), a.device, a._shape, grad)
 
     def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
         return self._binop(Ops.CMPEQ, x)
@@ -775,7 +866,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             y = cond._const_like(y, dt)
         shape = _broadcast_shape(cond.shape, x.shape, y.shape)
         cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
-        return _wrap(cond.uop.alu(Ops.WHERE, x.uop, y.uop), cond.device, shape)
+        grad = _grad_of(cond._requires_grad, x._requires_grad, y._requires_grad)
+        return _wrap(cond.uop.alu(Ops.WHERE, x.uop, y.uop), cond.device, shape, grad)
 
     def maximum(self, x: Any) -> Tensor:
         """Elementwise max (NaN wins)."""
@@ -793,14 +885,16 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     def cast(self, dtype: Any) -> Tensor:
         """Value conversion to `dtype` (C semantics: float to int truncates)."""
         dt = _to_dtype(dtype)
-        return self if dt == self.dtype else _wrap(self.uop.cast(dt), self.device, self._shape)
+        return self if dt == self.dtype else _wrap(self.uop.cast(dt), self.device, self._shape, self._requires_grad)
 
     def bitcast(self, dtype: Any) -> Tensor:
         """Reinterpret the bits as `dtype` (same item size)."""
         dt = _to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise TypeError(f"bitcast from {self.dtype} to {dt} changes the item size")
-        return self if dt == self.dtype else _wrap(self.uop.bitcast(dt), self.device, self._shape)
+        if dt == self.dtype:
+            return self
+        return _wrap(self.uop.bitcast(dt), self.device, self._shape, self._requires_grad)
 
     def exp2(self) -> Tensor:
         """2 ** x."""
@@ -862,7 +956,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             raise RuntimeError(f"shape '{_fmt_shape(new)}' is invalid for input of size {numel}")
         if new == self.shape:
             return self
-        return _wrap(self.uop.reshape(new), self.device, new)
+        return _wrap(self.uop.reshape(new), self.device, new, self._requires_grad)
 
     def view(self, *shape: Any) -> Tensor:
         """Alias of `reshape`."""
@@ -909,7 +1003,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             )
         if dims == tuple(range(self.ndim)):
             return self
-        return _wrap(self.uop.permute(dims), self.device, tuple(self._shape[d] for d in dims))
+        return _wrap(self.uop.permute(dims), self.device, tuple(self._shape[d] for d in dims), self._requires_grad)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         """Swap two dimensions."""
@@ -940,14 +1034,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
                 raise ValueError(f"shrink bounds {bounds} out of range for shape {_fmt_shape(self.shape)}")
         if all(b == 0 and e == s for (b, e), s in zip(bounds, self.shape)):
             return self
-        return _wrap(self.uop.shrink(bounds), self.device)
+        return _wrap(self.uop.shrink(bounds), self.device, None, self._requires_grad)
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
         """Reverse the order of elements along `axis` (an int or several)."""
         axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         if not axes:
             return self
-        return _wrap(self.uop.flip(tuple(i in axes for i in range(self.ndim))), self.device, self._shape)
+        flags = tuple(i in axes for i in range(self.ndim))
+        return _wrap(self.uop.flip(flags), self.device, self._shape, self._requires_grad)
 
     # ----- reductions
 
@@ -962,7 +1057,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         if self.ndim == 0:
             return self
         kept = tuple(1 if i in axes else s for i, s in enumerate(self._shape))
-        ret = _wrap(self.uop.r(op, axes), self.device, kept) if axes else self
+        count = prod(self._shape[i] for i in axes) if axes else 1
+        if len(axes) == self.ndim and isinstance(count, int) and count >= _SPLIT_REDUCE_MIN and count % 64 == 0:
+            # a large full reduction in two kernels (64 partial results, then their total), so the first one can
+            # be split across CPU threads / GPU work-groups: one kernel with a single output runs on one core
+            partial = self.reshape(64, count // 64)._reduce(op, 1, False)
+            return partial._reduce(op, 0, False).reshape(kept if keepdim else ())
+        ret = _wrap(self.uop.r(op, axes), self.device, kept, self._requires_grad) if axes else self
         if keepdim:
             return ret
         return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -985,11 +1086,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     def softmax(self, axis: int = -1) -> Tensor:
         """exp(x - max) / sum(exp(x - max)) along `axis` (three kernels at most)."""
         x = self.cast(least_upper_float(self.dtype))
-        e = (x - x.max(axis, keepdim=True)).exp()
+        e = (x - x.max(axis, keepdim=True).detach()).exp()  # shift-invariant: the max needs no gradient
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
         """log(softmax(x)) computed stably."""
         x = self.cast(least_upper_float(self.dtype))
-        shifted = x - x.max(axis, keepdim=True)
+        shifted = x - x.max(axis, keepdim=True).detach()  # shift-invariant: the max needs no gradient
         return shifted - shifted.exp().sum(axis, keepdim=True).log()

@@ -26,7 +26,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
@@ -35,7 +38,51 @@ if TYPE_CHECKING:
     from tinycore.renderer import ProgramSpec, Renderer
     from tinycore.uop.ops import UOp
 
-__all__ = ["Kernel", "KernelOptError", "Opt", "OptOps", "get_kernel", "get_program", "program_from_kernel"]
+__all__ = [
+    "Kernel",
+    "KernelOptError",
+    "Opt",
+    "OptOps",
+    "get_kernel",
+    "get_program",
+    "program_from_kernel",
+    "record_stage_times",
+]
+
+# while `record_stage_times` is active: stage name -> seconds spent in it (summed over every program built)
+_stage_times: dict[str, float] | None = None
+_clock: Callable[[], float] = time.perf_counter
+
+
+@contextlib.contextmanager
+def record_stage_times(clock: Callable[[], float] = time.perf_counter) -> Iterator[dict[str, float]]:
+    """Collect how long each code-generation stage takes while active: the yielded dict maps ``lower``,
+    ``optimize`` (heuristics or BEAM, and applying the opts), ``expand`` (`Kernel.get_optimized_sink`),
+    ``decompose`` and ``linearize`` (bounds check, estimates, index dtypes, ordering) to seconds of `clock`
+    (``time.thread_time`` gives CPU seconds, steadier on a busy machine), summed over every `get_program` /
+    `program_from_kernel` call inside the block. Used by ``bench/bench_compile.py``.
+
+    >>> with record_stage_times() as times:
+    ...     pass
+    >>> times
+    {}
+    """
+    global _stage_times, _clock
+    previous = _stage_times, _clock
+    _stage_times, _clock = {}, clock
+    try:
+        yield _stage_times
+    finally:
+        _stage_times, _clock = previous
+
+
+def _stage_done(stage: str, start: float) -> float:
+    """Add the time since `start` to `stage` when recording; returns now (the next stage's start)."""
+    now = _clock()
+    if _stage_times is not None:
+        _stage_times[stage] = _stage_times.get(stage, 0.0) + now - start
+    return now
+
 
 # documented cache: display name -> {structural AST key: suffix number}, so different ASTs get different names
 _NAMES: dict[str, dict[bytes, int]] = {}
@@ -131,8 +178,11 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
     """Lower, optimize (with `opts`, or the default heuristics when None) and linearize the kernel AST `ast` (a
     SINK of STOREs, docs/pipeline.md §2) for `renderer`. The caller renders and compiles the result
     (`CompiledRunner`). Raises `KernelOptError` when an opt doesn't apply, `LoweringError` for a malformed AST."""
+    start = _clock()
     k = get_kernel(ast, renderer)
+    start = _stage_done("lower", start)
     k.apply_opts(_default_opts(k) if opts is None else list(opts))
+    _stage_done("optimize", start)
     return program_from_kernel(k)
 
 
@@ -150,7 +200,11 @@ def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
     assert renderer is not None, "program_from_kernel needs a Kernel with a renderer"
     if name is None:
         name = _unique_name(k.name, k.ast if k.ast is not None else k.base_sink)
-    sink = _decompose(k.get_optimized_sink(), renderer)
+    start = _clock()
+    sink = k.get_optimized_sink()
+    start = _stage_done("expand", start)
+    sink = _decompose(sink, renderer)
+    start = _stage_done("decompose", start)
     if not IGNORE_OOB:
         _check_bounds(sink)
     estimates = estimate(sink, k.global_size, k.local_size)
@@ -161,6 +215,7 @@ def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
         type_verify(uops, "program", pass_name="linearize")
     if DEBUG >= 6:
         print_uops(uops)
+    _stage_done("linearize", start)
     ins = sorted(
         {
             u.src[0].src[0].arg

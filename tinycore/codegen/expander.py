@@ -46,7 +46,8 @@ from tinycore.codegen.lowerer import range_key
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import prod
 from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
-from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
+from tinycore.uop.symbolic import symbolic
 
 __all__ = [
     "EXPAND_TYPES",
@@ -158,22 +159,20 @@ def _split_offset(e: UOp) -> tuple[UOp | None, int]:
 class _LaneAddress:
     """The simplified address and gate of one memory access for every lane of its expanded ranges."""
 
-    def __init__(self, ptr: UOp, rngs: list[UOp], memo: dict[tuple[UOp, tuple[int, ...]], UOp]):
+    def __init__(self, ptr: UOp, rngs: tuple[UOp, ...], memo: _Memo):
         self.rngs = rngs
         self.axes: Axes = tuple((r.arg[0], _size(r)) for r in rngs)
         idx, gate = ptr.src[1], ptr.src[2] if len(ptr.src) > 2 else None
         self.lanes: list[tuple[UOp | None, int, UOp | None, bool]] = []  # (base, offset, gate, never)
-        lane_free_gate = gate is None or not any(r in gate.toposort() for r in rngs)
-        coefs = affine_coefficients(idx, rngs) if lane_free_gate else None
+        coefs, combos = _lane_plan(idx, gate, rngs)
         if coefs is not None:  # fast path: address = base + sum(coef * lane value), one simplification
-            base, off0 = _split_offset(_subst(idx, {r: UOp.const(r.dtype, 0) for r in rngs}, (0,) * len(rngs), memo))
+            base, off0 = _split_offset(_subst(idx, rngs, combos[0], memo))
             for combo in _combos(self.axes):
                 self.lanes.append((base, off0 + sum(c * v for c, v in zip(coefs, combo)), gate, False))
             return
-        for combo in _combos(self.axes):
-            sub = {r: UOp.const(r.dtype, v) for r, v in zip(rngs, combo)}
-            i = _subst(idx, sub, combo, memo)
-            g = _subst(gate, sub, combo, memo) if gate is not None else None
+        for combo in combos:
+            i = _subst(idx, rngs, combo, memo)
+            g = _subst(gate, rngs, combo, memo) if gate is not None else None
             never = False
             if g is not None and g.op is Ops.CONST:
                 never, g = not g.arg, None
@@ -222,12 +221,17 @@ def affine_coefficients(idx: UOp, rngs: list[UOp]) -> list[int] | None:
     by constants), else None."""
     targets = set(rngs)
     coef: dict[UOp, dict[UOp, int] | None] = {}
+    uses: set[UOp] = set()  # the nodes that depend on a range of `rngs` (filled in topological order)
     for u in idx.toposort():
         if u in targets:
+            uses.add(u)
             coef[u] = {u: 1}
-        elif not any(r in u.toposort() for r in rngs):
+            continue
+        if not any(s in uses for s in u.src):
             coef[u] = {}
-        elif u.op in (Ops.ADD, Ops.SUB) and all(coef.get(s) is not None for s in u.src):
+            continue
+        uses.add(u)
+        if u.op in (Ops.ADD, Ops.SUB) and all(coef.get(s) is not None for s in u.src):
             a, b = coef[u.src[0]], coef[u.src[1]]
             sign = 1 if u.op is Ops.ADD else -1
             coef[u] = {r: a.get(r, 0) + sign * b.get(r, 0) for r in set(a) | set(b)}  # type: ignore[union-attr]
@@ -243,13 +247,76 @@ def affine_coefficients(idx: UOp, rngs: list[UOp]) -> list[int] | None:
     return None if top is None else [top.get(r, 0) for r in rngs]
 
 
-def _subst(u: UOp, sub: dict[UOp, UOp], combo: tuple[int, ...], memo: dict) -> UOp:
-    key = (u, tuple(sub), combo)
+_Memo = dict[tuple[UOp, tuple[UOp, ...], tuple[int, ...]], UOp]
+
+
+def _uses_any(u: UOp, rngs: Iterable[UOp]) -> bool:
+    nodes = u.toposort()
+    return any(r in nodes for r in rngs)
+
+
+def _lane_plan(idx: UOp, gate: UOp | None, rngs: tuple[UOp, ...]) -> tuple[list[int] | None, list[tuple[int, ...]]]:
+    """How the lane addresses of an access are found: `(coefficients, [zero combo])` when the index is affine in
+    `rngs` and the gate doesn't depend on them (one simplification), else `(None, every combo)`."""
+    lane_free_gate = gate is None or not _uses_any(gate, rngs)
+    coefs = affine_coefficients(idx, list(rngs)) if lane_free_gate else None
+    if coefs is not None:
+        return coefs, [(0,) * len(rngs)]
+    return None, _combos(tuple((r.arg[0], _size(r)) for r in rngs))
+
+
+def _substituted(u: UOp, rngs: tuple[UOp, ...], combo: tuple[int, ...]) -> UOp:
+    return u.substitute({r: UOp.const(r.dtype, v) for r, v in zip(rngs, combo)})
+
+
+def _subst(u: UOp, rngs: tuple[UOp, ...], combo: tuple[int, ...], memo: _Memo) -> UOp:
+    """`u` with `rngs` replaced by the values `combo`, simplified (through `memo`)."""
+    key = (u, rngs, combo)
     got = memo.get(key)
     if got is None:
-        got = u.substitute(sub).simplify() if sub else u
+        got = _substituted(u, rngs, combo).simplify() if rngs else u
         memo[key] = got
     return got
+
+
+def _access_rngs(ptr: UOp, rngs: list[UOp]) -> tuple[UOp, ...]:
+    """The ranges of `rngs` that the address or gate of memory access `ptr` (an INDEX) depends on."""
+    nodes = ptr.src[1].toposort()
+    if len(ptr.src) > 2:
+        nodes.update(ptr.src[2].toposort())
+    return tuple(r for r in rngs if r in nodes)
+
+
+def _presimplify(sink: UOp, rngs: list[UOp], memo: _Memo) -> None:
+    """Fill `memo` with the simplified lane addresses (and gates) of every memory access of `sink` in one
+    simplification pass over all of them: the per-access expressions share most of their nodes (a kernel's
+    accesses differ in a few terms), and a rewrite's result for a node depends on that node only, so the results
+    are exactly those of simplifying each one alone, for a fraction of the work."""
+    keys: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []
+    exprs: list[UOp] = []
+    for u in sink.toposort():
+        if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX:
+            continue
+        ptr = u.src[0]
+        if not isinstance(ptr.dtype, PtrDType):
+            continue
+        access = _access_rngs(ptr, rngs)
+        if not access:
+            continue
+        idx, gate = ptr.src[1], ptr.src[2] if len(ptr.src) > 2 else None
+        _, combos = _lane_plan(idx, gate, access)
+        for part in (idx, gate) if gate is not None else (idx,):
+            for combo in combos:
+                key = (part, access, combo)
+                if key not in memo:
+                    memo[key] = part  # placeholder, replaced below
+                    keys.append(key)
+                    exprs.append(_substituted(part, access, combo))
+    if not exprs:
+        return
+    simplified = graph_rewrite_map(UOp.sink(*exprs), symbolic, name="simplify")
+    for key, expr in zip(keys, exprs):
+        memo[key] = simplified.get(expr, expr)
 
 
 def _address(buf: UOp, base: UOp | None, off: int, gate: UOp | None) -> UOp:
@@ -261,7 +328,7 @@ def _expand_load(ld: UOp, ctx: _MemCtx) -> UOp | None:
     ptr = ld.src[0]
     if ptr.op is not Ops.INDEX or not isinstance(ptr.dtype, PtrDType):
         return None
-    rngs = [r for r in ctx.rngs if r in ptr.src[1].toposort() or (len(ptr.src) > 2 and r in ptr.src[2].toposort())]
+    rngs = _access_rngs(ptr, ctx.rngs)
     if not rngs:
         return None
     la = _LaneAddress(ptr, rngs, ctx.memo)
@@ -296,7 +363,7 @@ def _expand_store(st: UOp, ctx: _MemCtx) -> list[UOp] | None:
     ptr, val = st.src
     if ptr.op is not Ops.INDEX or not isinstance(ptr.dtype, PtrDType):
         return None
-    rngs = [r for r in ctx.rngs if r in ptr.src[1].toposort() or (len(ptr.src) > 2 and r in ptr.src[2].toposort())]
+    rngs = _access_rngs(ptr, ctx.rngs)
     if not rngs:
         return None
     la = _LaneAddress(ptr, rngs, ctx.memo)
@@ -312,12 +379,17 @@ def _expand_store(st: UOp, ctx: _MemCtx) -> list[UOp] | None:
 class _MemCtx:
     def __init__(self, rngs: list[UOp], max_width: int):
         self.rngs, self.max_width = rngs, max_width
-        self.memo: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
+        self.memo: _Memo = {}
+
+
+pm_expand_memory = PatternMatcher(
+    [(UPat(Ops.LOAD, name="ld"), lambda ctx, ld: _expand_load(ld, ctx))], name="expand_memory"
+)
 
 
 def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int) -> UOp:
     ctx = _MemCtx(rngs, max_width)
-    pm = PatternMatcher([(UPat(Ops.LOAD, name="ld"), lambda ld: _expand_load(ld, ctx))], name="expand_memory")
+    _presimplify(sink, rngs, ctx.memo)
     stores: list[UOp] = []
     for st in sink.src:
         if st.op is Ops.STORE:
@@ -325,7 +397,7 @@ def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int) -> UOp:
             stores.extend(expanded if expanded is not None else [st])
         else:
             stores.append(st)
-    return graph_rewrite(UOp.sink(*stores), pm, name="expand_memory")
+    return graph_rewrite(UOp.sink(*stores), pm_expand_memory, ctx=ctx, name="expand_memory")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,17 +12,26 @@ depends only on what the renderer declares:
 
 **CPU-style renderers** (no local ids):
 
-1. matmul-shaped reduces get **register blocking**: the output axis that is contiguous in memory is upcast by two
-   vector registers (16 floats with 32-byte vectors; four for reduces of 512 and more) and the other output axis
-   by 4, so the reduction loop runs innermost over a 4 x 16 (4 x 32) tile of vector accumulators; when the right
-   operand's strip for one column tile is larger than an L1 cache, the column tiles loop outside the row tiles
-   (``SWAP``) so the strip stays in L2;
+1. matmul-shaped reduces get **register blocking**: the output axis that is contiguous in memory is upcast by the
+   renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors) and the other
+   output axis by enough rows for 8-12 vector accumulators (4 x 16, 8 x 8, 6 x 16...), so the reduction loop runs
+   innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane and step; the row axis
+   is split across the threads, and a block of rows whose left operand fits in half an L2 cache stays there while
+   the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With a packed right
+   operand (the frontend repacks it into column panels when the renderer declares ``gemm_panel_bytes``) every
+   reduce step reads one contiguous panel row. A convolution (more than one reduce axis) gets the same register
+   tile but keeps its loop order (output channels outside the image rows). When the output's contiguous axis is
+   too short for a vector (``A^T @ B`` with N = 10: a weight gradient), the lanes go along the other output axis
+   if an operand is read contiguously along it (the two axes swap so those lanes are innermost);
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
    accumulators (folded after the loop); otherwise the innermost contiguous output axis is upcast to the vector
-   width (and a strided reduce unrolled by 4);
-3. the largest parallel output axis is split across the CPU threads (``THREAD``): the renderer's ``threads``
-   attribute (the CLANG renderer reads ``THREADS`` or the CPU count), else ``os.cpu_count()``; kernels with little
-   work stay on one thread.
+   width (and a strided reduce unrolled by 4). Copies and permutes (no reduce): when the largest input is
+   contiguous along another output axis (a transpose), that axis is upcast too (an 8 x 8 tile transposed in
+   registers), a contiguous row of two vectors is taken whole, and the loop that reads the input with the smallest
+   stride goes innermost (the packing copy of a matmul's right operand reads its rows in order);
+3. the largest parallel output axis (the rows of a blocked matmul) is split across the CPU threads (``THREAD``):
+   the renderer's ``threads`` attribute (the CLANG renderer reads ``THREADS`` or the CPU count), else
+   ``os.cpu_count()``; kernels with little work stay on one thread.
 
 The vector width is the renderer's ``vector_bytes`` attribute when it declares one, else 32 bytes (AVX2).
 
@@ -52,7 +61,8 @@ __all__ = ["USE_TC", "hand_coded_optimizations", "thread_count", "vector_width"]
 
 USE_TC = ContextVar("USE_TC", 1)  # 0: the heuristics never pick tensor cores
 
-_L1_BYTES = 32 * 1024  # a data cache size below which loop order hardly matters
+_L2_BYTES = 512 * 1024  # a per-core L2 cache: the left operand block of a matmul uses half of it
+_MAX_TRANSPOSE_LANES = 64  # a transposed tile of a copy: 8 x 8 floats, 8 vector registers
 _SMALL_WORK = 1 << 15  # output elements (times reduce size) below which a CPU kernel stays on one thread
 
 
@@ -139,22 +149,21 @@ def _cpu(k: Kernel) -> None:
     vw = vector_width(k, itemsize)
     work = prod(s for s in k.full_shape if isinstance(s, int))
     cands = [c for c in k.tc_candidates() if len(k.reduce_axes) >= 1]
-    tile_width = _register_block(k, cands[0], vw) if cands else 0
-    if not tile_width:
+    block = _register_block(k, cands[0], vw) if cands else None
+    if block is None:
         _cpu_vectorize(k, vw)
-    _cpu_threads(k, work)
-    if tile_width:
-        _column_tiles_outside(k, tile_width * itemsize)
-
-
-def _column_tiles_outside(k: Kernel, tile_bytes: int) -> None:
-    """Loop over the column tiles outside the row tiles, so that one tile-wide strip of the right operand
-    (reduce size x tile width) stays in the L2 cache while every row tile uses it."""
-    outs = k.output_axes
-    red = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
-    strip = red * tile_bytes
-    if len(outs) == 2 and strip > _L1_BYTES and all(isinstance(_size(r), int) and _size(r) > 1 for r in outs):
-        _try(k, Opt(OptOps.SWAP, 0, 1))
+        _cpu_threads(k, work)
+        return
+    rows: UOp | None = block[0]
+    left = _size(k.output_axes[ra]) if (ra := _axis_index(k.output_axes, block[0])) is not None else None
+    if not isinstance(left, int) or left < 4 * thread_count(k):
+        rows = None  # few row tiles left (a short row axis): the threads split the largest axis instead
+    _cpu_threads(k, work, prefer=rows)
+    if len(k.reduce_axes) == 1 and not block[3]:
+        # a convolution (several reduce axes: channels and the window) keeps the loop order: one output-channel
+        # tile's weights stay in L1 while the image streams past, its window rows reused from L1/L2 as the output
+        # rows advance (moving the column loop outward measured 10-15% slower)
+        _cache_blocks(k, block, itemsize)
 
 
 def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
@@ -166,32 +175,83 @@ def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
     return None
 
 
-def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> int:
-    """A 4 x (2 vectors) tile of accumulators for a matmul-shaped reduce, the reduce loop innermost; returns the
-    tile's width along the contiguous axis (0: not applied)."""
+def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, int, bool] | None:
+    """A tile of (4 rows) x (2 vectors) accumulators for a matmul-shaped reduce, the reduce loop innermost: 8 vector
+    registers of sums, 2 vector loads of the right operand and 4 broadcasts of the left one per reduce step (it
+    leaves registers for the compiler, so nothing spills). Returns the (row, column) output axes that are left
+    to loop over, the rows per tile and whether the vector lanes run along the rows of the output (a short output
+    row: its loop order is already chosen), or None when the shape doesn't allow it."""
     i, j = cand.i, cand.j
     stores = [p for p, st in _accesses(k) if st]
     if stores and _stride(stores[0], i) == 1 and _stride(stores[0], j) != 1:
         i, j = j, i  # j is the axis contiguous in the output
-    red = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
-    # a long reduce streams the right operand from beyond L1: wider tiles use each of its cache lines and pages
-    # for more work (measured on AVX2: 4 x 32 beats 4 x 16 by ~1.5x at n=1024, a few spills included)
-    jn = _divisor(_size(j), (4 * vw, 2 * vw, vw, 8, 4) if red >= 512 else (2 * vw, vw, 8, 4))
-    im = _divisor(_size(i), (4, 3, 2))
-    if jn is None or im is None:
-        return 0
+    panel = getattr(k.renderer, "gemm_panel_bytes", 0) // max(1, _itemsize(k))
+    widths = (panel if panel > 1 else 2 * vw, vw, 8, 4)
+    jn = _divisor(_size(j), widths)
+    swapped = None
+    if jn is None:
+        swapped = _vector_rows(k, i, j, vw)
+        if swapped is None:
+            return None
+        i, j = swapped
+        jn = _divisor(_size(j), (vw,))
+    vectors = max(1, -(-jn // vw)) if jn is not None else 1
+    # about 8-12 vector accumulators: enough independent FMAs to hide their latency, few enough to stay in registers
+    im = _divisor(_size(i), [r for r in (6, 4, 8, 3, 2) if 8 <= r * vectors <= 12] + [4, 5, 3, 2])
     ja = _axis_index(k.output_axes, j)
-    first = min(jn, 16)  # one UPCAST is at most 16 lanes: wider tiles split the outer part again
-    if ja is None or not _try(k, Opt(OptOps.UPCAST, ja, first)):
-        return 0
-    if jn > first:
-        ja = _axis_index(k.output_axes, j)
-        if ja is None or not _try(k, Opt(OptOps.UPCAST, ja, jn // first)):
-            jn = first
+    first = min(jn or 0, 16)  # one UPCAST is at most 16 lanes: wider tiles split the outer part again
+    if jn is None or ja is None or not _try(k, Opt(OptOps.UPCAST, ja, first)):
+        return None
+    if jn > first and (
+        (ja := _axis_index(k.output_axes, j)) is None or not _try(k, Opt(OptOps.UPCAST, ja, jn // first))
+    ):
+        return None
     ia = _axis_index(k.output_axes, i)
-    if ia is not None:
-        _try(k, Opt(OptOps.UPCAST, ia, im))
-    return jn
+    if im is None or ia is None or not _try(k, Opt(OptOps.UPCAST, ia, im)):
+        im = 1
+    return i, j, im, swapped is not None
+
+
+def _vector_rows(k: Kernel, i: UOp, j: UOp, vw: int) -> tuple[UOp, UOp] | None:
+    """A matmul whose output is contiguous along a short axis `j` (``A^T @ B`` with ``N = 10``): the vector lanes go
+    along the other output axis `i` instead, when an operand is read contiguously along it (``A^T``'s rows). The two
+    axes exchange their loop nesting so `i`'s lanes are the innermost ones (the order of the loaded memory); returns
+    the new (rows, vector) axes, or None when `i` can't take whole vectors either."""
+    loads = [p for p, st in _accesses(k) if not st]
+    if vw < 2 or _divisor(_size(i), (vw,)) is None or not any(_stride(p, i) == 1 for p in loads):
+        return None
+    ia, ja = _axis_index(k.output_axes, i), _axis_index(k.output_axes, j)
+    if ia is None or ja is None:
+        return None
+    if ia < ja:
+        if not _try(k, Opt(OptOps.SWAP, ia, ja)):
+            return None
+        ia, ja = ja, ia  # the swap exchanged the axis ids: find both again by position
+    return k.output_axes[ja], k.output_axes[ia]
+
+
+def _cache_blocks(k: Kernel, block: tuple[UOp, UOp, int, bool], itemsize: int) -> None:
+    """Loop order of a register-blocked matmul: a block of rows whose left-operand rows fit in half an L2 cache
+    stays there while the column tiles sweep over it, and for each column tile the block's row tiles reuse one
+    tile-wide strip of the right operand from L1/L2 (``TILE`` the rows, ``SWAP`` the column loop between)."""
+    rows, cols, row_tile, _ = block
+    ra, ca = _axis_index(k.output_axes, rows), _axis_index(k.output_axes, cols)
+    if ra is None or ca is None or ra > ca:
+        return
+    n_rows = _size(k.output_axes[ra])
+    red = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
+    if not isinstance(n_rows, int) or n_rows < 2:
+        return
+    budget = max(1, _L2_BYTES // 2 // max(1, row_tile * red * itemsize))  # row tiles per cache block
+    per_block = next((d for d in range(min(budget, n_rows), 0, -1) if n_rows % d == 0), 1)
+    if per_block >= n_rows:  # every row fits: the column tiles loop outermost
+        _try(k, Opt(OptOps.SWAP, ra, ca))
+        return
+    if per_block > 1 and _try(k, Opt(OptOps.TILE, ra, per_block)):
+        inner = ra + 1
+        ca = _axis_index(k.output_axes, cols)
+        if ca is not None and ca > inner:
+            _try(k, Opt(OptOps.SWAP, inner, ca))
 
 
 def _cpu_vectorize(k: Kernel, vw: int) -> None:
@@ -206,11 +266,17 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         if amt is not None and idx is not None:
             _try(k, Opt(OptOps.UNROLL, idx, amt))
         return
+    out_lanes = 1
     if out_axis is not None and vw > 1:
-        amt = _divisor(_size(out_axis), (vw, vw // 2, 4, 2))
+        size = _size(out_axis)
+        # a copy whose contiguous rows are only two vectors long takes them whole (no loop of two iterations inside)
+        whole = (size,) if not k.reduce_axes and isinstance(size, int) and size == 2 * vw and size <= 16 else ()
+        amt = _divisor(size, (*whole, vw, vw // 2, 4, 2))
         idx = _axis_index(k.output_axes, out_axis)
-        if amt is not None and idx is not None:
-            _try(k, Opt(OptOps.UPCAST, idx, amt))
+        if amt is not None and idx is not None and _try(k, Opt(OptOps.UPCAST, idx, amt)):
+            out_lanes = amt
+    if not k.reduce_axes and vw > 1:
+        _cpu_permute(k, vw, out_lanes, out_axis)
     if k.reduce_axes:  # a strided reduce: unroll a little for independent loads
         r = k.reduce_axes[-1]
         amt = _divisor(_size(r), (4, 2))
@@ -218,12 +284,57 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
             _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, amt))
 
 
-def _cpu_threads(k: Kernel, work: int) -> None:
+def _main_load(k: Kernel) -> UOp | None:
+    """The INDEX of the load from the largest global buffer (the one whose traffic dominates a copy)."""
+    loads = [p for p, st in _accesses(k) if not st]
+    sizes = [p.src[0].dtype.size if isinstance(p.src[0].dtype, PtrDType) else 0 for p in loads]
+    return loads[sizes.index(max(sizes))] if loads else None
+
+
+def _cpu_permute(k: Kernel, vw: int, out_lanes: int, out_axis: UOp | None) -> None:
+    """Copies and permutes (no reduce): both sides of the copy get whole-vector accesses and the loops walk memory
+    in order, instead of one side being gathered element by element across rows.
+
+    1. when the largest input is contiguous along another output axis than the output (a transpose), that axis is
+       upcast too: a tile of ``out_lanes x in_lanes`` values is read as ``out_lanes`` vector loads and written as
+       ``in_lanes`` vector stores (the compiler transposes it in registers);
+    2. the innermost loop becomes the one along which the largest input is read with the smallest stride, so the
+       reads stream through memory in order (the hardware prefetcher follows them) while every write is a whole
+       vector; for a plain elementwise kernel this already is the innermost loop and nothing changes."""
+    ptr = _main_load(k)
+    if ptr is None:
+        return
+    in_axis = _contiguous_axis(k, k.output_axes, [ptr])
+    if in_axis is not None and out_axis is not None and in_axis.arg[0] != out_axis.arg[0]:
+        limit = max(1, _MAX_TRANSPOSE_LANES // out_lanes)
+        amt = _divisor(_size(in_axis), [w for w in (vw, 8, 4, 2) if w <= limit])
+        idx = _axis_index(k.output_axes, in_axis)
+        if amt is not None and idx is not None:
+            _try(k, Opt(OptOps.UPCAST, idx, amt))
+    axes = k.output_axes
+    if len(axes) < 2:
+        return
+
+    def read_stride(i: int) -> float:  # axes the load doesn't walk (broadcast, not affine, size 1) go outermost
+        st, size = _stride(ptr, axes[i]), _size(axes[i])
+        return abs(st) if st and isinstance(size, int) and size > 1 else float("inf")
+
+    last = len(axes) - 1
+    best = min(range(len(axes)), key=lambda i: (read_stride(i), -i))
+    if best != last and read_stride(best) < read_stride(last):
+        _try(k, Opt(OptOps.SWAP, best, last))
+
+
+def _cpu_threads(k: Kernel, work: int, prefer: UOp | None = None) -> None:
     threads = thread_count(k)
     if threads <= 1 or work < _SMALL_WORK:
         return
     axes = k.output_axes
-    order = sorted(range(len(axes)), key=lambda a: (-(_size(axes[a]) if isinstance(_size(axes[a]), int) else 0), a))
+    first = _axis_index(axes, prefer) if prefer is not None else None
+    order = sorted(
+        range(len(axes)),
+        key=lambda a: (a != first, -(_size(axes[a]) if isinstance(_size(axes[a]), int) else 0), a),
+    )
     for amount in range(threads, 1, -1):
         for a in order:
             size = _size(axes[a])

@@ -32,6 +32,9 @@ Which axis `Opt.axis` names:
 - ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to (the
   extra iterations are masked: loads and stores gated, reduced values replaced by the reduce identity);
 - ``SWAP``: output axes ``axis`` and ``arg`` exchange their loop nesting (their axis ids);
+- ``TILE``: output axis ``axis`` becomes an outer loop over tiles and an inner loop of ``arg`` iterations nested
+  right inside it (a new ``LOOP`` axis, last in `Kernel.output_axes`); with ``SWAP`` other loops move between the
+  two: cache blocking (a block of rows stays in cache while the column tiles sweep over it);
 - ``TC``: ``axis`` picks one of `Kernel.tc_candidates` (a matmul-shaped reduce and its ``(i, j, k)`` axes), ``arg``
   the index of the tensor core in ``renderer.tensor_cores`` (None: the first that fits the dtypes);
 - ``NOLOCALS``: no axis; no local ids from now on.
@@ -96,6 +99,7 @@ class OptOps(Enum):
     NOLOCALS = auto()
     PADTO = auto()
     SWAP = auto()
+    TILE = auto()
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"
@@ -326,6 +330,11 @@ class Kernel:
             self._padto(opt)
         elif opt.op is OptOps.SWAP:
             self._swap(opt)
+        elif opt.op is OptOps.TILE:
+            rng = self._pick(self.output_axes, opt, "output")
+            amt = self._amount(rng, opt)
+            _check(1 < amt < _size(rng), f"{opt}: a tile must split the axis in two loops")
+            self.shift_to(rng, amt, rng.arg[1])
         elif opt.op is OptOps.TC:
             self._tensor_core(opt)
         else:
@@ -529,6 +538,8 @@ class Kernel:
         sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
         sink = lower_reduces(sink, first_reg=regs.next_reg)
         sink = graph_rewrite(sink, pm_wmma_accumulate, name="wmma_accumulate")
+        if ren is not None and "MULACC" in ren.native_ops:
+            sink = graph_rewrite(sink, pm_fuse_accumulate, name="fuse_accumulate")
         return simplify_sink(sink, name="simplify_kernel")
 
 
@@ -620,6 +631,41 @@ pm_wmma_accumulate = PatternMatcher(
         )
     ],
     name="wmma_accumulate",
+)
+
+
+def _is_register_read(x: UOp) -> bool:
+    """True for the read of a register accumulator (a LOAD, maybe under a one-source AFTER, from a DEFINE_REG)."""
+    if x.op is Ops.AFTER and len(x.src) == 1:
+        x = x.src[0]
+    if x.op is not Ops.LOAD:
+        return False
+    ptr = x.src[0]
+    for _ in range(8):
+        if ptr.op is Ops.DEFINE_REG:
+            return True
+        if ptr.op not in (Ops.INDEX, Ops.AFTER, Ops.CAST) or not ptr.src:
+            return False
+        ptr = ptr.src[0]
+    return False
+
+
+def _fuse_accumulate(p: UOp, acc: UOp, m: UOp) -> UOp | None:
+    """``acc = acc + a * b`` -> ``acc = MULACC(a, b, acc)`` for float accumulators: one fused multiply-add per
+    reduce step (an FMA on CPUs: half the instructions of a dot product's inner loop, and one rounding)."""
+    if not dtypes.is_float(m.dtype.scalar()) or not _is_register_read(acc) or acc.dtype != m.dtype:
+        return None
+    return p.store(UOp(Ops.MULACC, m.dtype, (m.src[0], m.src[1], acc)))
+
+
+pm_fuse_accumulate = PatternMatcher(
+    [
+        (
+            UPat(Ops.STORE, src=(UPat.var("p"), UPat(Ops.ADD, src=[UPat.var("acc"), UPat(Ops.MUL, name="m")]))),
+            _fuse_accumulate,
+        )
+    ],
+    name="fuse_accumulate",
 )
 
 

@@ -98,48 +98,47 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
             home_cache[u] = h
         return h  # type: ignore[return-value]
 
-    def chain(b: UOp | None) -> list[UOp | None]:
-        out = [b]
-        while b is not _ROOT:
-            b = parent[b]
-            out.append(b)
-        return out
+    loop_item = {r: ("loop", r) for r in parent}
+    placements: dict[UOp, dict[UOp | None, Any]] = {}
 
-    def item_at(v: UOp, level: UOp | None) -> Any:
-        """The item that holds `v` among the items of block `level` (v itself or a loop), None if outside."""
-        if v.op is not Ops.RANGE and home(v) is level:
-            return v
-        x = v if v.op is Ops.RANGE else home(v)
-        while x is not _ROOT:
-            if parent[x] is level:
-                return ("loop", x)
-            x = parent[x]
-        return None
+    def placed(v: UOp) -> dict[UOp | None, Any]:
+        """`{block: the item holding v in that block}` for v's own block and every block around it, innermost
+        first: v itself in its home block (a RANGE: its loop in the parent block), then the enclosing loops."""
+        got = placements.get(v)
+        if got is None:
+            got = {}
+            x = v if v.op is Ops.RANGE else home(v)
+            if v.op is not Ops.RANGE:
+                got[x] = v
+            while x is not _ROOT:
+                got[parent[x]] = loop_item[x]
+                x = parent[x]
+            placements[v] = got
+        return got
 
     items: dict[Any, list[Any]] = {}
     deps: dict[Any, set[Any]] = {}
     for u in nodes:
         if u.op in _SKIP:
             continue
-        item = ("loop", u) if u.op is Ops.RANGE else u
+        item = loop_item[u] if u.op is Ops.RANGE else u
         level = parent[u] if u.op is Ops.RANGE else home(u)
         items.setdefault(level, []).append(item)
         deps.setdefault(item, set())
     for u in nodes:
         if u.op in _SKIP:
             continue
-        start = parent[u] if u.op is Ops.RANGE else home(u)
+        mine = placed(u)  # its keys are the blocks from u's own block out to the root
         for s in u.src:
-            levels = chain(start)
+            theirs = placed(s)
             found = False
-            for level in levels:
-                iu = ("loop", u) if (u.op is Ops.RANGE and level is parent[u]) else item_at(u, level)
-                is_ = item_at(s, level)
+            for level, iu in mine.items():
+                is_ = theirs.get(level)
                 if is_ is not None:
                     found = True
-                    if is_ != iu:
+                    if is_ is not iu:
                         deps[iu].add(is_)
-            if not found and s.op is not Ops.RANGE and home(s) not in levels:
+            if not found and s.op is not Ops.RANGE and home(s) not in mine:
                 raise LinearizeError(f"{u.op} uses {s.op}, which is computed inside a loop it is not in")
 
     def prio(item: Any) -> tuple:

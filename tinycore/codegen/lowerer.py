@@ -9,7 +9,8 @@ The index push is one traceable rewrite pass (``"lower_index"``): the root store
   permutes, ``EXPAND`` indexes 0, ``SHRINK`` adds the start, ``FLIP`` gives ``size-1-i``, ``PAD`` subtracts the
   padding and becomes ``where(valid, value, 0)`` with ``valid`` ANDed into the gate of every load below it);
 - ``REDUCE_AXIS`` creates new ``AxisType.REDUCE`` ranges and becomes ``REDUCE(value, *ranges, arg=op)``;
-- ``LOAD(DEFINE_GLOBAL)`` becomes ``LOAD(INDEX(buf, idx[, gate])[, alt 0])``; elementwise ops distribute.
+- ``LOAD(DEFINE_GLOBAL)`` becomes ``LOAD(INDEX(buf, idx[, gate])[, alt 0])``; elementwise ops distribute;
+- ``IOTA`` (``[0, 1, ..., n-1]``) becomes its index cast to its dtype: no load, O(1) work per element.
 
 Indices are then simplified with the `symbolic` rules (``(a*4+b)//4 -> a`` for ``0 <= b < 4``).
 
@@ -161,6 +162,8 @@ def _node_shape(n: UOp, memo: dict[UOp, Any]) -> tuple[sint, ...] | None:
         return memo[n.src[-1]] if op is Ops.STORE else memo[n.src[0]]
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return tuple(_ssimp(s) for s in n.arg)
+    if op is Ops.IOTA:
+        return (_ssimp(n.arg),)
     src = memo.get(n.src[0]) if n.src else None
     if op in GroupOp.Movement or op is Ops.REDUCE_AXIS:
         if src is None:
@@ -353,6 +356,8 @@ def _push_index(ctx: _LowerCtx, x: UOp) -> UOp | None:
         return v
     if op is Ops.BIND:
         return v.src[0]
+    if op is Ops.IOTA:  # each element is its own position: the flat index itself
+        return idx[0] if v.dtype == dtypes.index else idx[0].cast(v.dtype)
     if op in GroupOp.Elementwise:
         shape = ctx.shape(v)
         srcs = []

@@ -63,6 +63,7 @@ _UNROLL_AMOUNTS = (0, 2, 4, 7, 8, 16, 32)
 _LOCAL_AMOUNTS = (2, 3, 4, 8, 13, 16, 29, 32)
 _GROUP_AMOUNTS = (0, 4, 8, 16, 32)
 _GROUPTOP_AMOUNTS = (13, 16, 28, 29, 32, 49, 64, 256)
+_TILE_AMOUNTS = (4, 8, 16, 32)
 
 
 def actions(k: Kernel) -> list[Opt]:
@@ -87,6 +88,8 @@ def actions(k: Kernel) -> list[Opt]:
         threads = thread_count(k)
         amounts = sorted({t for t in (threads, threads // 2, 2 * threads) if t > 1})
         acts += [Opt(OptOps.THREAD, a, amt) for a in range(n_out) for amt in amounts]
+        if k.reduce_axes:  # cache blocks of a reduce's output loops (with SWAP, see `OptOps.TILE`)
+            acts += [Opt(OptOps.TILE, a, amt) for a in range(n_out) for amt in _TILE_AMOUNTS]
     return acts
 
 

@@ -3,11 +3,14 @@
 Runners: `CompiledRunner` (a kernel: render, compile through the disk cache, load with the device's Program
 class), `BufferCopy` (any device to any device), `BufferXfer` (device to device inside one family), `ViewOp` (a
 buffer view: nothing to run). `ExecItem.run` updates `GlobalCounters` and prints one line per item at ``DEBUG>=2``.
+`build_kernel_runners` builds the new kernels of a schedule together (one batch compile, overlapped with lowering).
 """
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -16,7 +19,30 @@ from tinycore.helpers import DEBUG, GlobalCounters
 from tinycore.renderer import Estimates, ProgramSpec
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from tinycore.device import Buffer, Compiled
+    from tinycore.renderer import Renderer
+    from tinycore.runtime.compiler import Compiler
+    from tinycore.uop.ops import UOp
+
+# documented cache: renderer class -> whether its `render` takes a ``name`` argument
+_RENDER_TAKES_NAME: dict[type, bool] = {}
+
+
+def render_program(renderer: Renderer, p: ProgramSpec) -> str:
+    """The source of `p`, with its kernel function named ``p.function_name`` when `renderer.render` takes a
+    ``name`` argument (so sources of different kernels can share one translation unit in a batch compile)."""
+    takes_name = _RENDER_TAKES_NAME.get(type(renderer))
+    if takes_name is None:
+        try:
+            takes_name = "name" in inspect.signature(renderer.render).parameters
+        except (TypeError, ValueError):
+            takes_name = False
+        _RENDER_TAKES_NAME[type(renderer)] = takes_name
+    if takes_name:
+        return renderer.render(p.uops, name=p.function_name)  # type: ignore[call-arg]
+    return renderer.render(p.uops)
 
 
 class Runner:
@@ -60,7 +86,7 @@ class CompiledRunner(Runner):
             if src is None:
                 if dev.renderer is None:
                     raise RuntimeError(f"device {dev.device} has no renderer: can't build kernel {p.name}")
-                src = dev.renderer.render(p.uops)
+                src = render_program(dev.renderer, p)
             if DEBUG >= 4:
                 print(src)
             if dev.compiler is None:
@@ -86,6 +112,86 @@ class CompiledRunner(Runner):
             vals=self.p.var_values(var_vals),
             wait=wait,
         )
+
+
+KernelKey = tuple["UOp", str]  # (kernel AST, device name): how realize caches kernel runners
+
+
+def build_kernel_runners(
+    kernels: Sequence[KernelKey], known: Container[KernelKey] = ()
+) -> dict[KernelKey, CompiledRunner]:
+    """Runners for the kernels `(ast, device)` of `kernels` that are not in `known`, built together: on a device
+    whose compiler `batches`, the first kernel compiles in the background while the others are lowered, and those
+    are then compiled in one `Compiler.compile_cached_many` call, so lowering overlaps compiling and the compiler
+    starts about once per CPU for the whole schedule (every extra batch costs more compiler starts).
+
+    Best effort: nothing is built for a device with fewer than two new kernels or a compiler that doesn't batch;
+    building stops at the first kernel that fails to lower, and a batch that fails to compile is dropped, so the
+    caller's one-by-one path raises for the right kernel (the item that would have failed anyway).
+    """
+    from tinycore.helpers import BEAM
+    from tinycore.uop.ops import Ops
+
+    by_device: dict[str, list[UOp]] = {}
+    for ast, device in dict.fromkeys(kernels):
+        if ast.op is Ops.SINK and (ast, device) not in known:
+            by_device.setdefault(device, []).append(ast)
+    built: dict[KernelKey, CompiledRunner] = {}
+    for device, asts in by_device.items():
+        dev = _lookup(device)
+        if len(asts) < 2 or dev.compiler is None or dev.renderer is None or not dev.compiler.batches:
+            continue
+        built.update(_build_batched(device, dev, asts, overlap=not BEAM))
+    return built
+
+
+def _build_batched(device: str, dev: Compiled, asts: list[UOp], overlap: bool) -> dict[KernelKey, CompiledRunner]:
+    from concurrent.futures import ThreadPoolExecutor  # here: importing it costs more than a small realize
+
+    from tinycore.codegen import get_program
+    from tinycore.errors import CompileError
+
+    compiler, renderer = dev.compiler, dev.renderer
+    assert compiler is not None and renderer is not None
+    batches: list[tuple[list[tuple[UOp, ProgramSpec]], Future[list[bytes]]]] = []
+    pending: list[tuple[UOp, ProgramSpec]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinycore-compile") as pool:
+
+        def submit() -> None:
+            batch = list(pending)
+            pending.clear()
+            batches.append((batch, pool.submit(_compile_specs, compiler, [spec for _, spec in batch])))
+
+        for ast in asts:
+            if DEBUG >= 5:
+                print(f"kernel AST for {device}:\n{ast}")
+            try:
+                spec = get_program(ast, renderer)
+            except Exception:  # noqa: BLE001 - the one-by-one path raises it again, at its item
+                break
+            if spec.device != device:
+                spec = replace(spec, device=device)
+            spec = replace(spec, src=render_program(renderer, spec))
+            if DEBUG >= 4:
+                print(spec.src)
+            pending.append((ast, spec))
+            if overlap and not batches:  # the first kernel compiles while the rest lower; they form one batch
+                submit()
+        if pending:
+            submit()
+    built: dict[KernelKey, CompiledRunner] = {}
+    for batch, future in batches:
+        try:
+            libs = future.result()
+        except CompileError:
+            continue
+        for (ast, spec), lib in zip(batch, libs):
+            built[(ast, device)] = CompiledRunner(spec, precompiled=lib)
+    return built
+
+
+def _compile_specs(compiler: Compiler, specs: list[ProgramSpec]) -> list[bytes]:
+    return compiler.compile_cached_many([spec.src for spec in specs if spec.src is not None])
 
 
 def _lookup(name: str) -> Compiled:

@@ -4,6 +4,10 @@ The base class does the bookkeeping every device needs; a device's runner (CUDA 
 buffers, one C function on CPU) builds its native graph in ``__init__`` from `items` and implements `submit`,
 which receives a `GraphUpdate` naming exactly the buffer pointers, variable values and launch dims that changed
 since the previous submission. `SequentialGraphRunner` replays the items one by one (tests, the PYTHON device).
+
+`resubmit()` replays with the previous call's inputs and values (the TinyJit fast path, when a call's arguments are
+identical to the last one's); the base submits an update with no changes, a device may override it with a cheaper
+launch. `update` recomputes variable-dependent values only when the variable values changed.
 """
 
 from __future__ import annotations
@@ -82,6 +86,14 @@ class GraphRunner(Runner):
                     self.vals[index] = program.var_values(item.var_vals or {})
                 if not program.has_symbolic_dims or set(program.vars) <= set(item.var_vals or {}):
                     self.launch_dims[index] = program.launch_dims(item.var_vals or {})
+        # flat lists for `update`: every input slot, and the items whose variables or launch dims depend on a call
+        self._slot_list = [(i, j, p) for i, slots in sorted(self.slots_by_item.items()) for j, p in slots]
+        self._var_items = [
+            (index, names, index in self.symbolic_items, self.items[index])
+            for index, names in self.item_vars.items()
+            if names or index in self.symbolic_items
+        ]
+        self._last_var_vals: dict[str, int] | None = None
         estimates = sum((item.runner.estimates for item in self.items), Estimates())
         super().__init__(f"<batched {len(self.items)}>", device, estimates)
         self.kernel_count = sum(item.runner.kernel_count for item in self.items)
@@ -92,30 +104,34 @@ class GraphRunner(Runner):
         return isinstance(item.runner, CompiledRunner)
 
     def update(self, inputs: list[Buffer], var_vals: dict[str, int]) -> GraphUpdate:
-        """Patch the items with `inputs` and `var_vals`; return what changed since the last call."""
-        missing = [name for name in self.var_names if name not in var_vals]
-        if missing:
-            raise KeyError(f"{self.display_name}: missing values for variables {missing}")
+        """Patch the items with `inputs` and `var_vals`; return what changed since the last call.
+
+        Variable-dependent values are recomputed only when `var_vals` differ from the previous call's."""
+        for name in self.var_names:
+            if name not in var_vals:
+                missing = [n for n in self.var_names if n not in var_vals]
+                raise KeyError(f"{self.display_name}: missing values for variables {missing}")
         update = GraphUpdate(var_vals=dict(var_vals))
-        for item_index, slots in self.slots_by_item.items():
-            bufs = self.items[item_index].bufs
-            for buf_index, position in slots:
-                new = inputs[position]
-                if bufs[buf_index] is not new:
-                    bufs[buf_index] = new
-                    update.buffers.append((item_index, buf_index, new))
-        for item_index, names in self.item_vars.items():
-            merged = {**(self.items[item_index].var_vals or {}), **var_vals}
-            runner = self.items[item_index].runner
-            assert isinstance(runner, CompiledRunner)
-            if names:
-                vals = runner.p.var_values(merged)
-                if self.vals.get(item_index) != vals:
-                    self.vals[item_index] = update.vals[item_index] = vals
-            if item_index in self.symbolic_items:
-                dims = runner.p.launch_dims(merged)
-                if self.launch_dims.get(item_index) != dims:
-                    self.launch_dims[item_index] = update.launch_dims[item_index] = dims
+        items = self.items
+        for item_index, buf_index, position in self._slot_list:
+            new = inputs[position]
+            bufs = items[item_index].bufs
+            if bufs[buf_index] is not new:
+                bufs[buf_index] = new
+                update.buffers.append((item_index, buf_index, new))
+        if self._var_items and var_vals != self._last_var_vals:
+            for item_index, names, symbolic, item in self._var_items:
+                merged = {**item.var_vals, **var_vals} if item.var_vals else var_vals
+                program = item.runner.p  # type: ignore[attr-defined]
+                if names:
+                    vals = program.var_values(merged)
+                    if self.vals.get(item_index) != vals:
+                        self.vals[item_index] = update.vals[item_index] = vals
+                if symbolic:
+                    dims = program.launch_dims(merged)
+                    if self.launch_dims.get(item_index) != dims:
+                        self.launch_dims[item_index] = update.launch_dims[item_index] = dims
+        self._last_var_vals = update.var_vals
         return update
 
     def submit(self, update: GraphUpdate, wait: bool) -> float | None:
@@ -125,6 +141,14 @@ class GraphRunner(Runner):
     def __call__(self, inputs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
         """Replay every item with `inputs` swapped in and `var_vals` bound."""
         return self.submit(self.update(inputs, var_vals), wait)
+
+    def resubmit(self, wait: bool = False) -> float | None:
+        """Replay again with the inputs and variable values of the previous call (nothing to patch).
+
+        Subclasses may override it with a cheaper launch; the base submits an update with no changes."""
+        if self._last_var_vals is None:
+            raise RuntimeError(f"{self.display_name}: resubmit() before the first call")
+        return self.submit(GraphUpdate(var_vals=self._last_var_vals), wait)
 
 
 class SequentialGraphRunner(GraphRunner):

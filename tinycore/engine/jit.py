@@ -9,20 +9,29 @@ A `TinyJit`-wrapped function goes through three states:
    - checked (no kernels, an input argument written by the program: `JitError`),
    - pruned: kernels whose outputs nobody can observe are dropped (with ``prune=True`` kernels that do not depend
      on the inputs run once now and are dropped too),
+   - grouped by device when it spans several (sharded inputs): each device's kernels are moved together where no
+     buffer dependency forbids it, so every device replays one graph per dependency level, not one per kernel,
    - memory planned as a whole with `memory_planner` (buffers only the captured program can see share memory),
    - batched: runs of kernels of a device with a `GraphRunner` (``Compiled.graph``) become one runner each,
      ``JIT_BATCH_SIZE`` kernels at most (default 64), everything else runs item by item,
    and finally run once with this call's inputs;
 3. **later calls** replay: the inputs are realized, checked against the capture (shape, dtype, device, view,
-   aliasing; a mismatch is a `JitError` naming the input, old vs new), swapped into the captured kernels by
-   position, and the program runs. Variables bound at call time (``Variable("n", 1, 10).bind(5)`` passed as an
-   argument, or symbolic views of input tensors) are passed as values, so one capture serves every value.
+   aliasing, sharding; a mismatch is a `JitError` naming the input, old vs new), swapped into the captured kernels
+   by position, and the program runs. Variables bound at call time (``Variable("n", 1, 10).bind(5)`` passed as an
+   argument, or symbolic views of input tensors) are passed as values, so one capture serves every value; returned
+   tensors of symbolic shape carry this call's values.
+
+   **Fast path**: when every positional argument is identical to the last replay's (the same Tensor uops, the same
+   bound Variables; no keyword arguments, no containers, which may change in place), nothing is realized, checked
+   or re-packed: graph runners `resubmit` their tables as they are. What a new input uop means (specs, buffers,
+   variable values) is cached per uop (weakly), so alternating between a few inputs stays cheap too.
 
 Decisions:
 
 - **Inputs** are the Tensor arguments: positional and keyword, and one level inside lists, tuples and dicts. Other
   Python values are *not* inputs: they are baked into the capture (a changed int does not recapture). Inputs are
-  realized before the call; a constant input (no buffer) is made contiguous first.
+  realized before the call; a constant input (no buffer) is made contiguous first. A sharded input
+  (``Tensor.shard``) is one input per shard, keyed ``argument 0[shard 1]``; its axis and device tuple must stay.
 - **Outputs**: the function must return None, a Tensor, or a (possibly nested) tuple/list/dict of those; any other
   value raises `JitError` (a Python number computed from tensors would be frozen at its captured value). The
   returned tensors are backed by the JIT's own buffers: the next call overwrites them (copy what you keep, e.g.
@@ -56,6 +65,7 @@ from tinycore.device import Buffer
 from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem
 from tinycore.engine.graph import GraphRunner
 from tinycore.engine.memory import memory_planner
+from tinycore.engine.multi import multi_uop
 from tinycore.engine.realize import capture_exec_items
 from tinycore.engine.schedule import buffer_of, buffer_written, new_buffer_uop
 from tinycore.errors import JitError
@@ -86,6 +96,11 @@ jit_stats = JitStats()
 # arguments -> inputs
 
 
+def _unit_keys(key: tuple[Any, ...], count: int) -> list[tuple[Any, ...]]:
+    """The keys of the `count` shards of the sharded input at `key`."""
+    return [(*key, _ShardKey(k)) for k in range(count)]
+
+
 def _arg_name(key: tuple[Any, ...]) -> str:
     """A readable name of an input key: ``argument 0``, ``argument 'x'``, ``argument 1[2]``, ``argument 'd'['k']``."""
     head = key[0]
@@ -95,9 +110,7 @@ def _arg_name(key: tuple[Any, ...]) -> str:
 
 def _collect(value: Any, key: tuple[Any, ...], tensors: list[Any], keys: list[tuple[Any, ...]], vals: dict[str, int],
              depth: int) -> None:  # fmt: skip
-    from tinycore.tensor import Tensor
-
-    if isinstance(value, Tensor):
+    if isinstance(value, _tensor_class()):
         tensors.append(value)
         keys.append(key)
     elif isinstance(value, UOp):
@@ -112,6 +125,19 @@ def _collect(value: Any, key: tuple[Any, ...], tensors: list[Any], keys: list[tu
     elif depth == 0 and isinstance(value, dict):
         for k, v in value.items():
             _collect(v, (*key, k), tensors, keys, vals, 1)
+
+
+def _tensor_class() -> type:
+    """`tinycore.tensor.Tensor` (imported on first use: the tensor module imports this one)."""
+    global _TENSOR
+    if _TENSOR is None:
+        from tinycore.tensor import Tensor
+
+        _TENSOR = Tensor
+    return _TENSOR
+
+
+_TENSOR: type | None = None
 
 
 def _inputs_of(
@@ -153,16 +179,50 @@ def _view_of(uop: UOp, vals: dict[str, int]) -> tuple[UOp, tuple[tuple[Ops, Any]
     return uop, tuple(chain)
 
 
+class _Untrackable:
+    """Marks an argument `replay_unchanged` can't compare by identity (a container: its contents may change)."""
+
+
+_UNTRACKABLE = _Untrackable()
+
+
+def _arg_token(arg: Any) -> Any:
+    """What identifies a positional argument's contribution to the inputs: a Tensor's uop, a UOp (a bound variable)
+    itself, None for a value that is not an input, `_UNTRACKABLE` for a container."""
+    uop = getattr(arg, "uop", None)
+    if uop is not None:
+        return uop
+    if isinstance(arg, UOp):
+        return arg
+    if isinstance(arg, (list, tuple, dict)):
+        return _UNTRACKABLE
+    return None
+
+
+def _wrap_tensor(uop: UOp, device: str, shape: tuple[Any, ...] | None) -> Any:
+    """`tinycore.tensor._wrap`, imported on first use (the tensor module imports this one)."""
+    global _wrap_tensor
+    from tinycore.tensor import _wrap
+
+    _wrap_tensor = _wrap
+    return _wrap(uop, device, shape)
+
+
+def _buffer_backed(uop: UOp) -> bool:
+    """Whether `uop` is a BUFFER or a view of one (for a sharded value: every shard)."""
+    if uop.op is Ops.MULTI:
+        return all(_base(shard).op is Ops.BUFFER for shard in uop.src)
+    return _base(uop).op is Ops.BUFFER
+
+
 def _realize_inputs(tensors: list[Any]) -> None:
     """Realize the inputs; an input without a buffer (a constant) is made contiguous so the program reads memory."""
-    from tinycore.tensor import Tensor
-
-    pending = [t for t in tensors if _base(t.uop).op is not Ops.BUFFER]
+    pending = [t for t in tensors if not _buffer_backed(t.uop)]
     if not pending:
         return
-    Tensor.realize(*pending)
+    _tensor_class().realize(*pending)
     for t in pending:
-        if _base(t.uop).op is not Ops.BUFFER:
+        if not _buffer_backed(t.uop):
             t.uop = t.contiguous().realize().uop
 
 
@@ -175,31 +235,63 @@ def _base(u: UOp) -> UOp:
 @dataclass(frozen=True)
 class InputSpec:
     """What a captured program assumes about one input: `shape` (variables unbound), `dtype`, `device`, `size` of
-    the buffer, and `view` (the movement chain from the buffer to the tensor)."""
+    the buffer, `view` (the movement chain from the buffer to the tensor), and for one shard of a sharded tensor
+    `shard` = ``(sharded axis or None when replicated, shard index, number of shards)``."""
 
     shape: tuple[Any, ...]
     dtype: Any
     device: str
     size: int
     view: tuple[tuple[Ops, Any], ...]
+    shard: tuple[int | None, int, int] | None = None
 
     def describe(self) -> str:
         """One line: ``shape (4,) float on CLANG``, with the view when the tensor is not the whole buffer."""
         view = f", view {[op.name for op, _ in self.view]} of a buffer of {self.size}" if self.view else ""
-        return f"shape {self.shape} {self.dtype} on {self.device}{view}"
+        shard = ""
+        if self.shard is not None:
+            axis, index, count = self.shard
+            shard = f", shard {index} of {count} " + ("(replicated)" if axis is None else f"on axis {axis}")
+        return f"shape {self.shape} {self.dtype} on {self.device}{view}{shard}"
 
 
-def _specs(tensors: list[Any], vals: dict[str, int]) -> tuple[list[InputSpec], list[Buffer], list[UOp]]:
+@dataclass(frozen=True)
+class _ShardKey:
+    """The part of an input key naming one shard of a sharded tensor argument."""
+
+    index: int
+
+    def __repr__(self) -> str:
+        return f"shard {self.index}"
+
+
+def _units(tensor: Any, key: tuple[Any, ...]) -> list[tuple[UOp, tuple[Any, ...], tuple[int | None, int, int] | None]]:
+    """The single-device values of one input tensor (its shards when sharded), each with its key and shard info."""
+    uop = tensor.uop
+    if uop.op is Ops.MULTI:
+        count = len(uop.src)
+        return [(shard, (*key, _ShardKey(k)), (uop.arg, k, count)) for k, shard in enumerate(uop.src)]
+    return [(uop, key, None)]
+
+
+def _specs(
+    tensors: list[Any], keys: list[tuple[Any, ...]], vals: dict[str, int]
+) -> tuple[list[InputSpec], list[Buffer], list[UOp], list[tuple[Any, ...]]]:
+    """Per input *unit* (an input tensor, or each shard of a sharded one): its spec, buffer, uop and key."""
     specs: list[InputSpec] = []
     bufs: list[Buffer] = []
-    bases: list[UOp] = []
-    for t in tensors:
-        base, chain = _view_of(t.uop, vals)
-        shape = tuple(_unbind(d, vals) if isinstance(d, UOp) else d for d in t.shape)
-        specs.append(InputSpec(shape, t.dtype, t.device, base.arg, chain))
-        bufs.append(buffer_of(base))
-        bases.append(base)
-    return specs, bufs, bases
+    units: list[UOp] = []
+    unit_keys: list[tuple[Any, ...]] = []
+    for t, key in zip(tensors, keys):
+        for unit, unit_key, shard in _units(t, key):
+            base, chain = _view_of(unit, vals)
+            dims, device = (t.shape, t.device) if shard is None else (unit.shape, unit.device)
+            shape = tuple(_unbind(d, vals) if isinstance(d, UOp) else d for d in dims)
+            specs.append(InputSpec(shape, t.dtype, device, base.arg, chain, shard))
+            bufs.append(buffer_of(base))
+            units.append(unit)
+            unit_keys.append(unit_key)
+    return specs, bufs, units, unit_keys
 
 
 def _alias_pattern(bufs: list[Buffer]) -> tuple[int, ...]:
@@ -283,6 +375,9 @@ class _Output:
     input_pos: int | None = None
     buffer: Buffer | None = None
     uop: UOp | None = None  # the uop handed out (rebuilt in a new process for buffer outputs)
+    shards: list[_Output] | None = None  # a sharded output: one record per shard (MULTI along `axis`)
+    axis: int | None = None
+    symbolic: bool = False  # `chain` has variables: the view is rebuilt with each call's values
 
 
 class CapturedJit:
@@ -325,13 +420,16 @@ class CapturedJit:
         for (i, j), _ in self.input_slots.items():
             self.items[i].bufs[j] = None
         self.steps: list[Callable[[list[Buffer], dict[str, int]], None]] = []
+        self.unchanged_steps: list[Callable[[list[Buffer], dict[str, int]], None]] = []
         self.graphs: list[GraphRunner] = []
         self.kernel_count = sum(item.runner.kernel_count for item in self.items)
         start = 0
         while start < len(self.items):
             end, graph_cls = self._batch_from(start)
             if graph_cls is None:
-                self.steps.append(self._direct_step(start))
+                step = self._direct_step(start)
+                self.steps.append(step)
+                self.unchanged_steps.append(step)
                 start += 1
                 continue
             batch = self.items[start:end]
@@ -339,12 +437,38 @@ class CapturedJit:
             runner = graph_cls(batch[0].runner.device, batch, slots, list(self.var_names))
             self.graphs.append(runner)
             self.steps.append(self._graph_step(runner))
+            self.unchanged_steps.append(self._graph_resubmit_step(runner))
             start = end
-        self._input_cache: list[tuple[UOp, InputSpec, Buffer, dict[str, int]]] = []
+        # what each input uop seen in a replay means: (its specs, buffers, whether sharded, variable values it binds)
+        self._input_cache: weakref.WeakKeyDictionary[UOp, tuple[list[InputSpec], list[Buffer], bool, dict[str, int]]]
+        self._input_cache = weakref.WeakKeyDictionary()
+        self._spec_intern = {spec: spec for spec in self.specs}  # equal specs become the captured objects
+        # the fast replay path (`TinyJit.__call__`): the identity of each positional argument of the last replay
+        # (a Tensor's uop, a bound Variable), with its input buffers, unit uops and variable values; None: no fast path
+        self._last_tokens: tuple[Any, ...] | None = None
+        self._last_inputs: list[Buffer] = []
+        self._last_units: list[UOp] = []
+        self._last_vals: dict[str, int] = {}
         self._concrete = [all(isinstance(d, int) for d in o.shape) for o in self.outputs]
         for out in self.outputs:
-            if out.buffer is not None and out.uop is None:
-                out.uop = _rebuild(new_buffer_uop(out.device, out.buffer.size, out.buffer.dtype, out.buffer), out.chain)
+            for part in out.shards or [out]:
+                part.symbolic = _chain_has_vars(part.chain)
+                if part.buffer is not None and part.uop is None:
+                    buf_uop = new_buffer_uop(part.device, part.buffer.size, part.buffer.dtype, part.buffer)
+                    part.uop = _rebuild(buf_uop, part.chain)
+            if out.shards and out.uop is None and all(part.input_pos is None for part in out.shards):
+                out.uop = multi_uop([part.uop for part in out.shards], out.axis)  # type: ignore[misc]
+        # outputs rebuilt on every call: views of inputs, views whose shape or offsets depend on variables
+        self._rebuilt = [
+            o.uop is None or not concrete or any(part.symbolic for part in o.shards or [o])
+            for o, concrete in zip(self.outputs, self._concrete)
+        ]
+        # one returned tensor of the program's own memory: what `returned` wraps, precomputed
+        self._single: tuple[UOp, str, tuple[Any, ...] | None] | None = None
+        if self.template == ("T", 0) and not self._rebuilt[0]:
+            first = self.outputs[0]
+            assert first.uop is not None
+            self._single = (first.uop, first.device, first.shape)
 
     def _batch_from(self, start: int) -> tuple[int, type[GraphRunner] | None]:
         """The end of the batch starting at `start` and the device's graph runner class (None: run directly)."""
@@ -391,6 +515,17 @@ class CapturedJit:
 
         return step
 
+    @staticmethod
+    def _graph_resubmit_step(runner: GraphRunner) -> Callable[[list[Buffer], dict[str, int]], None]:
+        count = runner.kernel_count
+        resubmit = runner.resubmit
+
+        def step(inputs: list[Buffer], var_vals: dict[str, int]) -> None:
+            resubmit()
+            GlobalCounters.kernel_count += count
+
+        return step
+
     # ----- running
 
     def __call__(self, inputs: list[Buffer], var_vals: dict[str, int]) -> None:
@@ -403,6 +538,39 @@ class CapturedJit:
         for buf in self.written:
             buffer_written(buf)
         jit_stats.replays += 1
+        self._last_tokens = None
+
+    def replay_unchanged(self, args: tuple[Any, ...]) -> Any:
+        """Run the program again with the input buffers and variable values of the last replay (which `args`, the
+        call's positional arguments, were checked to be the same as) and return its outputs.
+
+        Nothing is re-checked or re-packed: graph runners resubmit their patched tables as they are."""
+        inputs, units, var_vals = self._last_inputs, self._last_units, self._last_vals
+        for buf in inputs:
+            if not buf.is_allocated():  # deallocated behind our back: its address changed, take the full path
+                self(inputs, var_vals)
+                self._remember(args, inputs, units, var_vals)
+                return self.returned(units, var_vals)
+        for step in self.unchanged_steps:
+            step(inputs, var_vals)
+        for buf in self.written:
+            buffer_written(buf)
+        jit_stats.replays += 1
+        return self.returned(units, var_vals)
+
+    def _remember(
+        self, args: tuple[Any, ...], inputs: list[Buffer], units: list[UOp], var_vals: dict[str, int]
+    ) -> None:
+        """Record the last replay's positional arguments for `replay_unchanged` (only when no argument is a
+        container: their contents may change in place, so they can't be compared by identity)."""
+        tokens: list[Any] = []
+        for arg in args:
+            token = _arg_token(arg)
+            if token is _UNTRACKABLE:
+                self._last_tokens = None
+                return
+            tokens.append(token)
+        self._last_tokens, self._last_inputs, self._last_units, self._last_vals = tuple(tokens), inputs, units, var_vals
 
     def check(self, specs: list[InputSpec], bufs: list[Buffer], keys: list[tuple[Any, ...]]) -> None:
         """Raise `JitError` when a call's inputs do not match the capture (naming the input, old vs new)."""
@@ -417,7 +585,7 @@ class CapturedJit:
             if old != new:
                 what = [
                     field
-                    for field in ("shape", "dtype", "device", "view", "size")
+                    for field in ("shape", "dtype", "device", "view", "size", "shard")
                     if getattr(old, field) != getattr(new, field)
                 ]
                 raise JitError(
@@ -436,14 +604,26 @@ class CapturedJit:
                 f"{self.aliases}, now {new_aliases}"
             )
 
-    def returned(self, tensors: list[Any]) -> Any:
-        """The return value of a replay, rebuilt around the program's buffers (and this call's input tensors)."""
+    def returned(self, units: list[UOp], var_vals: dict[str, int]) -> Any:
+        """The return value of a replay, rebuilt around the program's buffers (and this call's input units: the
+        uops of the input tensors, of each shard for a sharded one); symbolic shapes are bound to `var_vals`."""
+        if self._single is not None:
+            return _wrap_tensor(*self._single)
         from tinycore.tensor import _wrap
 
+        def unit_output(part: _Output) -> UOp:
+            if part.input_pos is not None:
+                return _rebuild(_base(units[part.input_pos]), _bind_chain(part.chain, var_vals))
+            assert part.uop is not None
+            if part.symbolic and part.buffer is not None:  # the captured uop has the capture call's values bound
+                return _rebuild(_base(part.uop), _bind_chain(part.chain, var_vals))
+            return part.uop
+
         out: list[Any] = []
-        for o, concrete in zip(self.outputs, self._concrete):
-            uop = _rebuild(_base(tensors[o.input_pos].uop), o.chain) if o.input_pos is not None else o.uop
-            assert uop is not None
+        for o, concrete, rebuilt in zip(self.outputs, self._concrete, self._rebuilt):
+            uop = o.uop
+            if rebuilt:
+                uop = multi_uop([unit_output(part) for part in o.shards], o.axis) if o.shards else unit_output(o)
             out.append(_wrap(uop, o.device, o.shape if concrete else None))
         if self.template == ("T", 0):
             return out[0]
@@ -470,8 +650,13 @@ class CapturedJit:
             return index
 
         items = [(item.runner, [ref(b) for b in item.bufs], dict(item.var_vals or {})) for item in self.items]
-        outputs = [(o.chain, o.device, o.shape, o.input_pos, ref(o.buffer), o.uop if o.buffer is None else None)
-                   for o in self.outputs]  # fmt: skip
+
+        def pack(o: _Output) -> tuple[Any, ...]:
+            shards = [pack(part) for part in o.shards] if o.shards else None
+            uop = o.uop if o.buffer is None and shards is None and o.input_pos is None else None  # a constant
+            return (o.chain, o.device, o.shape, o.input_pos, ref(o.buffer), uop, shards, o.axis)
+
+        outputs = [pack(o) for o in self.outputs]
         return {
             "buffers": records,
             "items": items,
@@ -507,13 +692,47 @@ class CapturedJit:
         self.items = [ExecItem(runner, [get(b) for b in refs], vals) for runner, refs, vals in state["items"]]
         self.input_slots, self.specs, self.keys = state["input_slots"], state["specs"], state["keys"]
         self.aliases, self.var_names, self.template = state["aliases"], state["var_names"], state["template"]
-        self.outputs = [
-            _Output(chain, dev, shape, pos, get(b), uop) for chain, dev, shape, pos, b, uop in state["outputs"]
-        ]
+
+        def unpack(record: tuple[Any, ...]) -> _Output:
+            chain, dev, shape, pos, buf, uop, shards, axis = record
+            parts = [unpack(part) for part in shards] if shards else None
+            return _Output(chain, dev, shape, pos, get(buf), uop, parts, axis)
+
+        self.outputs = [unpack(record) for record in state["outputs"]]
         self.written = [b for b in (get(i) for i in state["written"]) if b is not None]
         self.batch_size = state["batch_size"]
         self._distinct = len(set(self.aliases)) == len(self.aliases)
         self._init_runtime()
+
+
+def _bind_arg(arg: Any, var_vals: dict[str, int]) -> Any:
+    """A movement arg with its variables bound to `var_vals` (the inverse of `_unbind`)."""
+    if isinstance(arg, UOp):
+        mapping = {
+            var: var.bind(var_vals[var.arg[0]])
+            for var in arg.vars()
+            if var.op is Ops.DEFINE_VAR and var.arg[0] in var_vals
+        }
+        return arg.substitute(mapping)
+    if isinstance(arg, tuple) and any(isinstance(a, (UOp, tuple)) for a in arg):
+        return tuple(_bind_arg(a, var_vals) for a in arg)
+    return arg
+
+
+def _chain_has_vars(chain: tuple[tuple[Ops, Any], ...]) -> bool:
+    """Whether a movement chain's args hold variables."""
+
+    def has(arg: Any) -> bool:
+        return isinstance(arg, UOp) or (isinstance(arg, tuple) and any(has(a) for a in arg))
+
+    return any(has(arg) for _, arg in chain)
+
+
+def _bind_chain(chain: tuple[tuple[Ops, Any], ...], var_vals: dict[str, int]) -> tuple[tuple[Ops, Any], ...]:
+    """A movement chain recorded with unbound variables, bound to this call's values."""
+    if not var_vals:
+        return chain
+    return tuple((op, _bind_arg(arg, var_vals)) for op, arg in chain)
 
 
 def _rebuild(base: UOp, chain: tuple[tuple[Ops, Any], ...]) -> UOp:
@@ -540,7 +759,8 @@ def _drop_private_buffers(items: list[ExecItem], keep: list[Buffer]) -> set[int]
     unallocated buffer of the same spec, so the memory planner may place it; returns the ids of the fresh ones.
 
     Liveness is decided by letting go of the items' references and seeing which buffers survive (a weak
-    reference): conservative by construction, a buffer anyone still holds is never planned."""
+    reference): conservative by construction, a buffer anyone still holds (even garbage in an old generation that
+    is not collected here) is never planned."""
     keep_ids = {id(b) for b in keep}
     layout: list[list[int]] = []
     specs: dict[int, tuple[str, int, Any]] = {}
@@ -560,7 +780,10 @@ def _drop_private_buffers(items: list[ExecItem], keep: list[Buffer]) -> set[int]
     for item in items:
         item.bufs = []
     b = None  # noqa: F841 - drop the loop variable's reference
-    gc.collect()
+    if any(r() is not None for r in refs.values()):
+        # something may be held only by garbage cycles: collect the young generations (a full collection costs
+        # ~0.1 s in a big process; a buffer still held after this is just not planned, which is always safe)
+        gc.collect(1)
     fresh: dict[int, Buffer] = {}
     for key, r in refs.items():
         alive = r()
@@ -584,6 +807,54 @@ def _prune_unused(items: list[ExecItem], private: set[int]) -> list[ExecItem]:
             needed.update(id(item.bufs[j]) for j in _reads(item))
     kept.reverse()
     return kept
+
+
+def _graph_device(item: ExecItem) -> str | None:
+    """The device whose graph runner can batch `item`, or None when it runs on its own."""
+    from tinycore.device import _device_lookup
+
+    runner = item.runner
+    if not isinstance(runner, CompiledRunner):
+        return None
+    graph_cls = getattr(_device_lookup(runner.device), "graph", None)
+    return runner.device if graph_cls is not None and graph_cls.supports(item) else None
+
+
+def _group_by_device(items: list[ExecItem]) -> list[ExecItem]:
+    """Reorder a multi-device program so each device's kernels run back to back (one graph batch per device and
+    dependency level) instead of alternating between devices item by item.
+
+    Greedy and order preserving: the first pending item's device (or "no graph", for copies) takes every later
+    pending item of that kind that does not conflict (read after write, write after read or write) with an item it
+    would jump over; buffers conflict by their base, so views of one allocation never move past each other.
+    Programs of one device are left as they are."""
+    devices = [_graph_device(item) for item in items]
+    if len({d for d in devices if d is not None}) < 2:
+        return items
+    access = [
+        ({id(item.bufs[j].base) for j in _reads(item)}, {id(item.bufs[j].base) for j in _writes(item)})  # type: ignore[union-attr]
+        for item in items
+    ]
+    pending = list(range(len(items)))
+    order: list[int] = []
+    while pending:
+        device = devices[pending[0]]  # None: items that run on their own (copies) move together as well
+        skipped_reads: set[int] = set()
+        skipped_writes: set[int] = set()
+        rest: list[int] = []
+        for index in pending:
+            reads, writes = access[index]
+            movable = devices[index] == device and not (
+                reads & skipped_writes or writes & skipped_writes or writes & skipped_reads
+            )
+            if movable:
+                order.append(index)
+            else:
+                rest.append(index)
+                skipped_reads |= reads
+                skipped_writes |= writes
+        pending = rest
+    return [items[index] for index in order]
 
 
 def _prune_onetime(items: list[ExecItem], inputs: list[Buffer], var_names: list[str]) -> list[ExecItem]:
@@ -655,10 +926,20 @@ class TinyJit(Generic[ReturnType]):
         if not JIT:
             assert self.fn is not None, "a TinyJit built from a captured program can't run eagerly"
             return self.fn(*args, **kwargs)
+        captured = self.captured
+        if captured is not None and not kwargs:
+            tokens = captured._last_tokens
+            if tokens is not None and len(tokens) == len(args):
+                for arg, token in zip(args, tokens):
+                    if _arg_token(arg) is not token:
+                        break
+                else:  # the very same inputs (buffers, views, variable values) as the last replay
+                    self.cnt += 1
+                    return captured.replay_unchanged(args)
         tensors, keys, var_vals = _inputs_of(args, kwargs)
         _realize_inputs(tensors)
         if self.cnt >= 2 and self.captured is not None:
-            return self._replay(tensors, keys, var_vals)
+            return self._replay(args, kwargs, tensors, keys, var_vals)
         if self.cnt == 0:
             assert self.fn is not None
             ret = self.fn(*args, **kwargs)
@@ -675,33 +956,49 @@ class TinyJit(Generic[ReturnType]):
     def _name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
-    def _replay(self, tensors: list[Any], keys: list[tuple[Any, ...]], var_vals: dict[str, int]) -> ReturnType:
+    def _replay(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        tensors: list[Any],
+        keys: list[tuple[Any, ...]],
+        var_vals: dict[str, int],
+    ) -> ReturnType:
         captured = self.captured
         assert captured is not None
         cache = captured._input_cache
-        if len(cache) == len(tensors) and all(c[0] is t.uop for c, t in zip(cache, tensors)):
-            specs = [c[1] for c in cache]  # the same uops as last call: same specs, buffers and variable values
-            bufs = [c[2] for c in cache]
-            for c in cache:
-                if c[3]:
-                    var_vals.update(c[3])
-        else:
-            specs, bufs = [], []
-            entries = []
-            for t in tensors:
+        specs: list[InputSpec] = []
+        bufs: list[Buffer] = []
+        units: list[UOp] = []
+        unit_keys: list[tuple[Any, ...]] = []
+        for t, key in zip(tensors, keys):
+            uop = t.uop
+            entry = cache.get(uop)
+            if entry is None:  # a uop seen before has the same specs, buffers and variable values
                 own: dict[str, int] = {}
-                (spec,), (buf,), _ = _specs([t], own)
+                own_specs, own_bufs, own_units, _ = _specs([t], [key], own)
+                intern = captured._spec_intern
+                entry = ([intern.get(spec, spec) for spec in own_specs], own_bufs, own_units[0] is not uop, own)
+                cache[uop] = entry
+            own_specs, own_bufs, sharded, own = entry
+            if own:
                 for name, value in own.items():
                     if var_vals.setdefault(name, value) != value:
                         raise JitError(f"variable {name!r} is bound to both {var_vals[name]} and {value} in one call")
-                specs.append(spec)
-                bufs.append(buf)
-                entries.append((t.uop, spec, buf, own))
-            captured._input_cache = entries
-        captured.check(specs, bufs, keys)
+            specs += own_specs
+            bufs += own_bufs
+            if sharded:
+                units += uop.src
+                unit_keys += _unit_keys(key, len(uop.src))
+            else:
+                units.append(uop)
+                unit_keys.append(key)
+        captured.check(specs, bufs, unit_keys)
         captured(bufs, var_vals)
+        if not kwargs:
+            captured._remember(args, bufs, units, var_vals)
         self.cnt += 1
-        return captured.returned(tensors)
+        return captured.returned(units, var_vals)
 
     def _capture(
         self,
@@ -712,7 +1009,7 @@ class TinyJit(Generic[ReturnType]):
         var_vals: dict[str, int],
     ) -> ReturnType:
         assert self.fn is not None
-        specs, in_bufs, _ = _specs(tensors, var_vals)
+        specs, in_bufs, units, unit_keys = _specs(tensors, keys, var_vals)
         items: list[ExecItem] = []
         _capturing.append(self)
         try:
@@ -738,7 +1035,7 @@ class TinyJit(Generic[ReturnType]):
                 f"TinyJit {self._name()} launched no kernels while capturing: nothing to replay (its outputs are "
                 "inputs or constants); call the function without TinyJit"
             )
-        captured = self._build(items, tensors, keys, specs, in_bufs, var_vals, out_tensors, template)
+        captured = self._build(items, units, unit_keys, specs, in_bufs, var_vals, out_tensors, template)
         self.captured = captured
         jit_stats.captures += 1
         captured(in_bufs, var_vals)
@@ -747,7 +1044,7 @@ class TinyJit(Generic[ReturnType]):
     def _build(
         self,
         items: list[ExecItem],
-        tensors: list[Any],
+        units: list[UOp],
         keys: list[tuple[Any, ...]],
         specs: list[InputSpec],
         in_bufs: list[Buffer],
@@ -769,22 +1066,29 @@ class TinyJit(Generic[ReturnType]):
         outputs: list[_Output] = []
         out_bufs: list[Buffer] = []
         in_ids = {id(b): i for i, b in enumerate(in_bufs)}
-        for t in out_tensors:
-            base, chain = _view_of(t.uop, {})
-            shape = tuple(t.shape)
+
+        def unit_output(uop: UOp, device: str, shape: tuple[Any, ...]) -> _Output:
+            base, chain = _view_of(uop, {})
             if base.op is not Ops.BUFFER:
-                outputs.append(_Output(chain, t.device, shape, uop=t.uop))
-                continue
+                return _Output(chain, device, shape, uop=uop)
             buf = buffer_of(base)
             pos = in_ids.get(id(buf))
-            if pos is not None and _base(tensors[pos].uop) is base:
-                outputs.append(_Output(chain, t.device, shape, input_pos=pos))
-                continue
-            outputs.append(_Output(chain, t.device, shape, buffer=buf, uop=t.uop))
+            if pos is not None and _base(units[pos]) is base:
+                return _Output(chain, device, shape, input_pos=pos)
             out_bufs.append(buf)
+            return _Output(chain, device, shape, buffer=buf, uop=uop)
+
+        for t in out_tensors:
+            if t.uop.op is Ops.MULTI:
+                shards = [unit_output(shard, shard.device, tuple(shard.shape)) for shard in t.uop.src]
+                uop = None if any(part.input_pos is not None for part in shards) else t.uop
+                outputs.append(_Output((), t.device, tuple(t.shape), uop=uop, shards=shards, axis=t.uop.arg))
+            else:
+                outputs.append(unit_output(t.uop, t.device, tuple(t.shape)))
         # buffers only the program can see: fresh ones, pruned and memory planned
         private = _drop_private_buffers(items, [*in_bufs, *out_bufs])
         items = _prune_unused(items, private)
+        items = _group_by_device(items)
         var_names = sorted(var_vals)
         if self.prune:
             items = _prune_onetime(items, in_bufs, var_names)

@@ -12,6 +12,10 @@ Two entry points:
   every run (the scheduler does this);
 - `memory_planner` maps concrete `Buffer`s of a list of steps (schedule items, exec items) to shared ones (TinyJit).
 
+``NO_MEMORY_PLANNER=1`` (`tinycore.helpers.NO_MEMORY_PLANNER`) turns both off when they run: every internal buffer
+gets memory of its own (a cached plan is ignored, so the flag can change between calls; for debugging and for
+checking that planning never changes results).
+
 >>> plan = plan_lifetimes([(100, 0, 1), (100, 1, 2), (100, 2, 3)])
 >>> plan.offsets, plan.total
 ([0, 128, 0], 256)
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tinycore.device import Buffer
 from tinycore.dtype import DType, dtypes
-from tinycore.helpers import round_up
+from tinycore.helpers import NO_MEMORY_PLANNER, round_up
 
 __all__ = ["ALIGNMENT", "LifetimePlan", "SlotPlan", "lower_bound", "memory_planner", "plan_lifetimes", "plan_slots"]
 
@@ -112,7 +116,10 @@ class SlotPlan:
     shared: dict[int, int] = field(default_factory=dict)
 
     def buffers(self, new_specs: Sequence[tuple[str, int, DType]], n_inputs: int) -> dict[int, Buffer]:
-        """Fresh buffers for the planned slots of one run: views of new arenas (and pooled buffers)."""
+        """Fresh buffers for the planned slots of one run: views of new arenas (and pooled buffers); none with
+        ``NO_MEMORY_PLANNER=1`` (the caller then makes a buffer of its own per slot)."""
+        if NO_MEMORY_PLANNER:
+            return {}
         arenas = {dev: Buffer(dev, nbytes, dtypes.uint8) for dev, nbytes in self.arena_bytes.items()}
         out: dict[int, Buffer] = {}
         for slot, (dev, offset) in self.placement.items():
@@ -183,6 +190,8 @@ def memory_planner(
     memory. A buffer is planned unless it is in `keep` (inputs, outputs), already allocated (it may hold data) or a
     view. Returns ``{old buffer: replacement}`` for the planned ones; use the replacements in place of the old.
     """
+    if NO_MEMORY_PLANNER:
+        return {}
     keep_ids = {id(b) for b in keep}
 
     def wanted(b: object) -> bool:

@@ -15,7 +15,7 @@ sources, `to_multi` pushes the op below the MULTI at once (one step per new node
   value on that shard's device). Everything else raises `MultiDeviceError`;
 - REDUCE_AXIS over axes that don't include the sharded one stays sharded; over the sharded axis it reduces each shard
   to a partial result and then **all-reduces** (`allreduce`): the result is replicated;
-- a tensor-level CONST on a tuple of devices becomes one constant per device (replicated).
+- a tensor-level CONST (or IOTA) on a tuple of devices becomes one constant (IOTA) per device (replicated).
 
 **All-reduce** is lowered when the graph is built, to explicit COPY and elementwise nodes (the naive all-to-all
 algorithm): device j receives the n-1 other partials (COPY) and combines all n in device order 0..n-1, so every
@@ -35,10 +35,18 @@ schedules every shard as one more root of a single schedule, so copies and kerne
 ordinary dependency sort (a kernel reading a copied buffer runs after the copy), hit the schedule cache together, and
 the realized table remembers each shard.
 
-**Not yet supported.** Autograd through sharded tensors (ops are pushed below MULTI when they are built, so the
-sharded leaf itself is not in the graph that `backward` walks: gradients need a multi-aware `gradient.py` that treats
-each shard as a leaf), TinyJit capture of sharded inputs, movement ops that cut through shard boundaries, and a
-ring all-reduce.
+**Autograd.** Ops are pushed below MULTI when they are built, so a sharded parameter is not itself a node of the
+loss graph: its shards are. `gradient_of_shards` differentiates with respect to the shards and reassembles each
+parameter's gradient sharded like the parameter: a sharded parameter gets the MULTI of its shards' gradients (zeros
+for a shard the loss doesn't use); a replicated parameter is one logical value used on every device, so its gradient
+is the **all-reduce (sum)** of its replicas' gradients, replicated (the data-parallel gradient sync). The loss
+itself (a MULTI root) seeds its shards through `multi_source_grads`: a replicated loss is one logical value, so only
+its first replica is seeded (seeding every replica would count the loss once per device); the all-reduce that
+produced it carries the gradient back to every device through the COPY rule.
+
+TinyJit captures sharded inputs as one input per shard (see `tinycore.engine.jit`).
+
+**Not yet supported.** Movement ops that cut through shard boundaries, and a ring all-reduce.
 
 >>> shard_sizes(10, 4)
 [3, 3, 2, 2]
@@ -58,7 +66,9 @@ __all__ = [
     "MultiDeviceError",
     "allreduce",
     "gather",
+    "gradient_of_shards",
     "multi_uop",
+    "multi_source_grads",
     "schedule_multi",
     "shard_bounds",
     "shard_sizes",
@@ -216,6 +226,8 @@ def _push(u: UOp, memo: dict[UOp, UOp]) -> UOp:
         return u
     if u.op is Ops.CONST:
         out = multi_uop([UOp.const(u.dtype, u.arg, d) for d in u.src[0].arg], None)
+    elif u.op is Ops.IOTA:
+        out = multi_uop([UOp.iota(u.arg, d, u.dtype) for d in u.src[0].arg], None)
     else:
         srcs = [_push(s, memo) for s in u.src]
         multis = [s for s in srcs if s.op is Ops.MULTI]
@@ -352,6 +364,82 @@ def _reduce(u: UOp, m: UOp) -> UOp:
     if m.arg is None or m.arg not in axes:
         return multi_uop(partials, m.arg)
     return allreduce(op, partials)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# autograd
+
+
+def multi_source_grads(grad: UOp, m: UOp) -> tuple[UOp | None, ...]:
+    """The gradient of each shard of MULTI `m`, given `grad`, the gradient of the whole value (a MULTI on the same
+    devices, or a single-device value). A replicated `m` is one logical value: only its first replica gets it."""
+    devs = _devices(m)
+    if grad.op is not Ops.MULTI:
+        grad = shard_uop(grad, devs, m.arg)
+    elif _devices(grad) != devs:
+        raise MultiDeviceError(f"gradient on {_devices(grad)} for a value on {devs}")
+    rest: tuple[None, ...] = (None,) * (len(m.src) - 1)
+    if m.arg is None:
+        return (gather(grad, devs[0]) if grad.arg is not None else grad.src[0], *rest)
+    if grad.arg is None:  # one replicated gradient: each shard takes its own part
+        shape = grad.src[0].shape
+        assert shape is not None
+        return tuple(g.shrink(_cut(shape, m.arg, b)) for g, b in zip(grad.src, shard_bounds(m)))
+    if grad.arg != m.arg or shard_bounds(grad) != shard_bounds(m):
+        raise MultiDeviceError(f"gradient sharded on axis {grad.arg} for a value sharded on axis {m.arg}")
+    return tuple(grad.src)
+
+
+def gradient_of_shards(
+    root: UOp,
+    root_grad: UOp,
+    targets: Sequence[UOp],
+    compute: Callable[[UOp, UOp, list[UOp]], dict[UOp, UOp]],
+) -> dict[UOp, UOp]:
+    """`compute(root, root_grad, targets)` (`tinycore.gradient.compute_gradient`) for targets that may be MULTI:
+    each MULTI target is differentiated through its shards, and its gradient is a MULTI sharded like it (a
+    replicated target: the all-reduced sum of its replicas' gradients). Targets not reached are absent."""
+    shard_targets: list[UOp] = []
+    for t in targets:
+        shard_targets.extend(t.src if t.op is Ops.MULTI else (t,))
+    grads = compute(root, root_grad, shard_targets)
+    out: dict[UOp, UOp] = {}
+    for t in targets:
+        if t.op is not Ops.MULTI:
+            if t in grads:
+                out[t] = grads[t]
+            continue
+        parts = [grads.get(s) for s in t.src]
+        if all(p is None for p in parts):
+            continue
+        if t.arg is None:
+            out[t] = _sum_replicas(parts, _devices(t))
+        else:
+            out[t] = multi_uop([p if p is not None else _zeros_like(s) for p, s in zip(parts, t.src)], t.arg)
+    return out
+
+
+def _zeros_like(u: UOp) -> UOp:
+    shape = u.shape
+    assert shape is not None
+    zero = UOp.const(u.dtype, 0, u.device)
+    return zero.reshape((1,) * len(shape)).expand(shape) if shape else zero
+
+
+def _sum_replicas(parts: Sequence[UOp | None], devs: tuple[str, ...]) -> UOp:
+    """A replicated MULTI of the sum of the present `parts` (one per device, None: no contribution), added in device
+    order on every device (so the replicas are bit-identical), like `allreduce`."""
+    out = []
+    for dev in devs:
+        acc: UOp | None = None
+        for p in parts:
+            if p is None:
+                continue
+            v = p if p.device == dev else p.copy_to_device(dev)
+            acc = v if acc is None else acc.alu(Ops.ADD, v)
+        assert acc is not None
+        out.append(acc)
+    return multi_uop(out, None)
 
 
 # ---------------------------------------------------------------------------------------------------------------

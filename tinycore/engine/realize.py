@@ -5,6 +5,10 @@
 - a copy item becomes a `BufferCopy`;
 - `run_schedule` runs the items in order and updates `GlobalCounters`; ``DEBUG>=2`` prints one line per item (time,
   GFLOPS, GB/s), ``DEBUG>=4`` the kernel source (when it is compiled), ``DEBUG>=5`` the kernel AST;
+- the eager case (one kernel item, nothing capturing, ``DEBUG<2``) launches the kernel without building an
+  `ExecItem`, with the same effect on buffers and counters; a Program may offer an optional
+  ``launcher(global_size, local_size, vals)`` returning a callable on the buffer handles (None: not offered), which
+  this path then uses instead of the full ``prg(*bufs, global_size=..., ...)`` call;
 - `capture_exec_items(callback)` hands every `ExecItem` that `run_schedule` produces to `callback` (and, unless
   ``run=False``, still runs it): TinyJit records a call this way. ``CAPTURING=0`` turns recording off.
 
@@ -19,13 +23,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem, Runner
+from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem, Runner, build_kernel_runners
 from tinycore.engine.schedule import ScheduleItem
-from tinycore.helpers import CAPTURING, DEBUG
+from tinycore.helpers import CAPTURING, DEBUG, GlobalCounters
 from tinycore.uop.ops import Ops, UOp
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "is_capturing",
     "lower_schedule",
     "lower_schedule_item",
+    "run_cached_schedule",
     "run_schedule",
     "runner_cache_info",
 ]
@@ -76,8 +82,11 @@ def get_kernel_runner(ast: UOp, device: str) -> Runner:
 
 def clear_runner_cache() -> None:
     """Forget every cached kernel and copy runner (the next use lowers and compiles again)."""
+    global _runner_generation
     _kernel_runners.clear()
     _copy_runners.clear()
+    _direct_launches.clear()
+    _runner_generation += 1  # launch lists cached on schedule-cache entries are stale now
     _stats["hits"] = _stats["misses"] = 0
 
 
@@ -100,6 +109,104 @@ def lower_schedule_item(si: ScheduleItem, var_vals: dict[str, int] | None = None
     else:
         raise ValueError(f"can't lower a schedule item whose ast is {ast.op}")
     return ExecItem(runner, list(si.bufs), dict(var_vals) if var_vals else {})
+
+
+# runner -> how to launch it without an ExecItem: (callable on the buffer handles, ops, mem), or None when it needs
+# the general path (variables, symbolic sizes or estimates, a runner other than a plain CompiledRunner). The callable
+# is the Program's optional ``launcher(global_size, local_size, vals)`` when it has one, else a call of the Program.
+_UNALLOCATED: Any = object()
+_direct_launches: dict[Runner, tuple[Callable[..., Any], int, int] | None] = {}
+
+
+def _direct_launch(runner: Runner) -> tuple[Callable[..., Any], int, int] | None:
+    if type(runner) is not CompiledRunner or runner.p.vars:
+        return None
+    est = runner.estimates
+    try:
+        global_size, local_size = runner.p.launch_dims({})
+    except Exception:  # noqa: BLE001 - symbolic launch sizes: the general path evaluates them per call
+        return None
+    if not all(isinstance(v, int) for v in (est.ops, est.mem)):
+        return None
+    prg = runner._prg
+    bind = getattr(prg, "launcher", None)  # optional Program method: a callable with the launch fixed
+    launch = bind(global_size, local_size, ()) if bind is not None else None
+    if launch is None:
+        launch = functools.partial(prg, global_size=global_size, local_size=local_size, vals=(), wait=False)
+    return launch, est.ops, est.mem
+
+
+def _run_kernel_direct(runner: Runner, bufs: Sequence[Any], vals: dict[str, int], do_update_stats: bool) -> None:
+    """What ``lower_schedule_item(si, vals).run(vals)`` does for a kernel item, without building the `ExecItem`:
+    the eager path runs one small kernel per realize, where those objects cost more than the launch."""
+    try:
+        launch = _direct_launches[runner]
+    except KeyError:
+        launch = _direct_launches[runner] = _direct_launch(runner)
+    if launch is None:
+        ExecItem(runner, list(bufs), dict(vals)).run(vals, do_update_stats=do_update_stats)
+        return
+    call, ops, mem = launch
+    handles = []
+    for buf in bufs:
+        handle = getattr(buf, "_buf", _UNALLOCATED)  # as `ensure_allocated`, without its calls
+        handles.append(handle if handle is not _UNALLOCATED else buf.allocate()._buf)
+    call(*handles)
+    if do_update_stats:
+        GlobalCounters.kernel_count += runner.kernel_count
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+
+
+_runner_generation = 0
+
+
+def run_cached_schedule(
+    entry: Any, bufs: Sequence[Any], var_vals: dict[str, int], do_update_stats: bool = True
+) -> bool:
+    """Run the kernels of a schedule-cache entry (`tinycore.engine.schedule.schedule_for_run`) on `bufs`, the buffer
+    of every slot, the way `run_schedule` would run its items, without building items: the eager fast path.
+
+    Returns False, having run nothing, when the general path is needed: something is capturing, ``DEBUG>=2``,
+    variables are bound, the schedule holds a copy, or one of its kernels is not built yet (`run_schedule` builds
+    new kernels, together when there are several) or can't be launched directly. The launches are cached on the
+    entry (``entry.lowered``) until `clear_runner_cache`.
+    """
+    if var_vals or _captures or DEBUG.value >= 2:
+        return False
+    lowered = entry.lowered
+    if lowered is None or lowered[0] != _runner_generation:
+        launches: list[tuple[Any, ...]] | None = []
+        for ast, slots, _ in entry.items:
+            runner = _kernel_runners.get((ast, bufs[slots[0]].device)) if ast.op is Ops.SINK else None
+            if runner is None:
+                if ast.op is Ops.SINK:
+                    return False  # not built yet: no verdict to remember
+                launches = None  # a copy: this schedule always takes the general path
+                break
+            launch = _direct_launches.get(runner, False)
+            if launch is False:
+                launch = _direct_launches[runner] = _direct_launch(runner)
+            if launch is None:
+                launches = None
+                break
+            launches.append((*launch, slots, runner.kernel_count))
+        lowered = entry.lowered = (_runner_generation, launches)
+    if lowered[1] is None:
+        return False
+    for call, ops, mem, slots, kernel_count in lowered[1]:
+        handles = []
+        for slot in slots:
+            buf = bufs[slot]
+            handle = getattr(buf, "_buf", _UNALLOCATED)  # as `ensure_allocated`, without its calls
+            handles.append(handle if handle is not _UNALLOCATED else buf.allocate()._buf)
+        call(*handles)
+        _stats["hits"] += 1
+        if do_update_stats:
+            GlobalCounters.kernel_count += kernel_count
+            GlobalCounters.global_ops += ops
+            GlobalCounters.global_mem += mem
+    return True
 
 
 def lower_schedule(schedule: Sequence[ScheduleItem], var_vals: dict[str, int] | None = None) -> Iterator[ExecItem]:
@@ -145,6 +252,20 @@ def run_schedule(
     if var_vals:
         vals = {(k if isinstance(k, str) else k.expr): v for k, v in var_vals.items()}
     capture = _captures[-1] if _captures and CAPTURING else None
+    if capture is None and DEBUG.value < 2 and len(schedule) == 1:  # the eager common case: one item, no capture
+        si = schedule[0]
+        if si.ast.op is Ops.SINK:
+            runner = _kernel_runners.get((si.ast, si.bufs[0].device))
+            if runner is None:
+                runner = get_kernel_runner(si.ast, si.bufs[0].device)
+            else:
+                _stats["hits"] += 1
+            _run_kernel_direct(runner, si.bufs, vals, do_update_stats)
+            return
+    if len(schedule) > 1:  # the schedule's new kernels are built together: one batch compile, overlapping lowering
+        new = build_kernel_runners([(si.ast, si.bufs[0].device) for si in schedule], _kernel_runners)
+        _kernel_runners.update(new)
+        _stats["misses"], _stats["hits"] = _stats["misses"] + len(new), _stats["hits"] - len(new)
     for si in schedule:
         ei = lower_schedule_item(si, vals)
         if capture is not None:

@@ -7,13 +7,23 @@ Steps on a schedule-cache miss:
    nodes that an earlier realize already computed (the *realized table*) are read from their buffers;
 2. **simplify**: the `schedule:early` rewrite pass (drop `DETACH`, fold no-op movement ops, `CONTIGUOUS` of a buffer);
 3. **realize points**: outputs, `CONTIGUOUS`, `ASSIGN`, `COPY` (and a copy's source unless it is a plain buffer), a
-   value holding a reduce when it is broadcast (`EXPAND`) or reduced again, and a value holding a reduce that two
-   kernels need (recomputing it would repeat the reduction). Everything else is fused into the kernels that use it;
+   value holding a reduce when it is broadcast (`EXPAND`) or reduced again, a value holding a reduce that two
+   kernels need (recomputing it would repeat the reduction), and a costly value of other kernels' outputs that is
+   broadcast into a reduce (fused, the reduce would recompute it per broadcast element: a softmax backward inside
+   the gradient matmuls). Everything else is fused into the kernels that use it;
 4. **kernel ASTs**: the `schedule:kernel_ast` pass turns each kernel's region into ``SINK(STORE(target, value))``
    with `LOAD(DEFINE_GLOBAL)` inputs;
 5. **order**: kernels sorted by dependencies, including read-before-assign (a kernel reading the old contents of X
    runs before the kernel that assigns X);
-6. **memory plan**: internal buffers share arenas by lifetime (`tinycore.engine.memory`).
+6. **multi-output kernels**: kernels of the same device and output shape that read a common input and don't depend
+   on each other become one kernel with several STOREs (``x.sum(1)`` and ``x.max(1)`` realized together; ``x * 2``
+   and ``x + 1``), sharing their loads (`_Scheduler._group_outputs`);
+7. **memory plan**: internal buffers share arenas by lifetime (`tinycore.engine.memory`).
+
+**Symbolic shapes.** A value whose shape holds bound variables gets a buffer sized for the variables' maximum; its
+kernel stores the first ``prod(shape)`` elements (the variable is a kernel argument) and readers see the buffer
+through ``SHRINK(0, numel) -> RESHAPE(shape)``. The cache entry keeps those views unbound and binds each call's
+values when it builds the outputs, so one schedule serves every value in range.
 
 The result is cached in terms of *slots* (input buffers by position, new buffers by spec); a cache hit runs only the
 key walk and builds the `ScheduleItem`s for the new buffers: no rewrite pass at all (`schedule_stats` counts both).
@@ -58,6 +68,7 @@ __all__ = [
     "create_schedule_with_vars",
     "new_buffer_uop",
     "realized_view",
+    "schedule_for_run",
     "schedule_outputs",
     "schedule_stats",
 ]
@@ -269,7 +280,7 @@ class _Walk:
         self._index: dict[UOp, int] = {}
         self._enc: list[Any] = []
         try:
-            root_ids = tuple(self._visit(r) for r in roots)
+            root_ids = tuple([self._visit(r) for r in roots])
         except RecursionError:  # a very deep graph: visit it sources first, so the recursion stays shallow
             self.in_uops, self.in_bufs, self.slot_of, self.subst = [], [], {}, {}
             self._binds, self._slot_by_buf, self._index, self._enc = {}, {}, {}, []
@@ -284,6 +295,8 @@ class _Walk:
         """The key reference of `node`: its position in the key, or the node itself when its sub-graph holds no
         buffer and no bind (then it is never given a position, so the key does not depend on whether the purity
         was known before this walk)."""
+        # hot on every realize: module constants are bound to locals and the common elementwise node takes the
+        # first branch with one table lookup per node and per source
         index = self._index
         i = index.get(node)
         if i is not None:
@@ -291,7 +304,7 @@ class _Walk:
         op = node.op
         if op in _KEY_LEAVES:
             return node
-        if op is Ops.BUFFER:
+        if op is _BUFFER:
             buf = _buffers.get(node)
             if buf is None:
                 buf = buffer_of(node)
@@ -301,46 +314,53 @@ class _Walk:
                 self.in_bufs.append(buf)
                 self.in_uops.append(node)
             self.slot_of[node] = slot
-            item: Any = (Ops.BUFFER, node.dtype, node.arg, node.src[1].arg, slot)
-        elif op is Ops.BIND:
+            item: Any = (_BUFFER, node.dtype, node.arg, node.src[1].arg, slot)
+        elif op is _BIND:
             var, value = node.src[0], node.src[1].arg
             if self._binds.setdefault(var, value) != value:
                 raise ValueError(f"variable {var.arg[0]!r} is bound to both {self._binds[var]} and {value}")
-            item = (Ops.BIND, var)
+            item = (_BIND, var)
         else:
-            entry = _pure_data.get(id(node))
+            node_id = id(node)
+            entry = _pure_data.get(node_id)
             if entry is not None and entry[0]() is node:
                 return node  # a realized pure node is recomputed from its constants: same values, no buffer read
-            entry = _realized_data.get(id(node))
+            entry = _realized_data.get(node_id)
             if entry is not None and entry[0]() is node:
                 view = _valid_view(entry[1])
                 if view is not None:
                     self.subst[node] = view
                     ref = index[node] = self._visit(view)
                     return ref
-            srcs = []
+            item = [op, node.dtype, node.arg, node.tag]
             pure = True
-            for s in node.src:
-                ref = index.get(s)
+            for src in node.src:
+                ref = index.get(src)
                 if ref is None:
-                    entry = _pure_data.get(id(s))
-                    ref = s if (entry is not None and entry[0]() is s) or s.op in _KEY_LEAVES else self._visit(s)
+                    if src.op in _KEY_LEAVES:
+                        ref = src
+                    else:
+                        entry = _pure_data.get(id(src))
+                        if entry is not None and entry[0]() is src:
+                            ref = index[src] = src  # a constant operand is usually used again in the graph
+                        else:
+                            ref = self._visit(src)
                 if pure and type(ref) is int:
                     pure = False
-                srcs.append(ref)
-            arg = node.arg
-            if op in _MOVEMENT and _is_symbolic_arg(arg):
-                arg, pure = _strip_binds(arg, self._binds), False
+                item.append(ref)
+            if op in _MOVEMENT and _is_symbolic_arg(item[2]):
+                item[2], pure = _strip_binds(item[2], self._binds), False
             if pure:
                 _pure[node] = True
                 return node
-            item = (op, node.dtype, arg, node.tag, *srcs)
+            item = tuple(item)
         enc = self._enc
         i = index[node] = len(enc)
         enc.append(item)
         return i
 
 
+_BUFFER, _BIND = Ops.BUFFER, Ops.BIND
 _KEY_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.UNIQUE, Ops.VCONST})
 _MOVEMENT = GroupOp.Movement
 _pure_data = _pure.data
@@ -397,6 +417,7 @@ class _Output:
     depth: int = 0  # movement ops between the root and the node that was computed into the buffer
     above: tuple[tuple[Ops, Any], ...] = ()  # those movement ops, root first
     point_op: Ops | None = None  # the op of the computed node
+    symbolic: bool = False  # the chain holds unbound variables (symbolic shapes): bound per call
 
 
 @dataclass
@@ -412,15 +433,30 @@ class _Entry:
     plan: Any = None  # tinycore.engine.memory.SlotPlan
     out_slots: tuple[int, ...] = ()
     written_inputs: tuple[int, ...] = ()  # input slots that an ASSIGN writes
+    lowered: Any = None  # the realize engine's cache of this schedule's launches (`tinycore.engine.realize`)
 
     def materialize(self, walk: _Walk) -> tuple[list[ScheduleItem], list[UOp | None]]:
         """ScheduleItems on this call's buffers, and the new uop of each requested output (None: unchanged)."""
-        bufs: list[Buffer] = list(walk.in_bufs)
-        planned = self.plan.buffers(self.new_specs, self.n_inputs) if self.plan is not None else {}
+        bufs = self.buffers(walk)
+        return self.items_on(bufs), self.output_uops(walk, bufs)
+
+    def buffers(self, walk: _Walk) -> list[Buffer]:
+        """This call's buffer of every slot: the walk's inputs, then new (unallocated) buffers."""
+        if self.plan is None:
+            return [*walk.in_bufs, *[Buffer(dev, size, dtype) for dev, size, dtype in self.new_specs]]
+        bufs = list(walk.in_bufs)
+        planned = self.plan.buffers(self.new_specs, self.n_inputs)
         for i, (device, size, dtype) in enumerate(self.new_specs):
             slot = self.n_inputs + i
             bufs.append(planned[slot] if slot in planned else Buffer(device, size, dtype))
-        items = [ScheduleItem(ast, tuple([bufs[s] for s in slots]), meta) for ast, slots, meta in self.items]
+        return bufs
+
+    def items_on(self, bufs: Sequence[Buffer]) -> list[ScheduleItem]:
+        """The ScheduleItems of this schedule on the buffers of `buffers`."""
+        return [ScheduleItem(ast, tuple([bufs[s] for s in slots]), meta) for ast, slots, meta in self.items]
+
+    def output_uops(self, walk: _Walk, bufs: Sequence[Buffer]) -> list[UOp | None]:
+        """The new uop of each requested output (None: unchanged), over the buffers of `buffers`."""
         new_uops: list[UOp | None] = []
         made: dict[int, UOp] = {}
         for out in self.outputs:
@@ -432,14 +468,16 @@ class _Entry:
                 if out.slot < self.n_inputs and not out.fresh:
                     base = walk.in_uops[out.slot]
                 else:
-                    buf = bufs[out.slot]
-                    base = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+                    buf = bufs[out.slot]  # a BUFFER uop for it, as `new_buffer_uop` makes (the spec is checked)
+                    unique = UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
+                    base = UOp(_BUFFER, buf.dtype, (unique, _device_node(buf.device)), buf.size)
+                    _buffers[base] = buf
                 made[out.slot] = base
             view = base
             for op, arg in out.chain:
-                view = UOp(op, view.dtype, (view,), arg)
+                view = UOp(op, view.dtype, (view,), _bind_arg(arg, walk.var_vals) if out.symbolic else arg)
             new_uops.append(view)
-        return items, new_uops
+        return new_uops
 
 
 _schedule_cache: dict[Any, _Entry] = {}
@@ -463,24 +501,44 @@ def schedule_outputs(roots: Sequence[UOp]) -> tuple[list[ScheduleItem], dict[str
     in the realized table, so other graphs that contain it read the buffer instead of recomputing it.
     A `MULTI` root (a sharded tensor) is scheduled shard by shard in the same schedule (`tinycore.engine.multi`).
     """
-    if any(r.op is Ops.MULTI for r in roots):
-        from tinycore.engine.multi import schedule_multi
+    for r in roots:
+        if r.op is Ops.MULTI:
+            from tinycore.engine.multi import schedule_multi
 
-        return schedule_multi(roots, schedule_outputs)
-    entry, walk = _lookup(roots)
-    items, new_uops = entry.materialize(walk)
-    for slot in entry.written_inputs:  # ASSIGN targets: values computed from their old contents are stale now
+            return schedule_multi(roots, schedule_outputs)
+    entry, walk, bufs, new_uops = schedule_for_run(roots)
+    return entry.items_on(bufs), walk.var_vals, new_uops
+
+
+def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer], list[UOp | None]]:
+    """`schedule_outputs` for the realize engine, without `ScheduleItem`s: the cached schedule, the walk (its
+    `var_vals`), the buffer of every slot and the new uop of every root (roots on one device each: no `MULTI`).
+    The realized table is updated as in `schedule_outputs`."""
+    walk = _Walk(roots)
+    entry = _schedule_cache.get(walk.key)
+    if entry is not None:
+        schedule_stats.hits += 1
+    else:
+        entry = _schedule_miss(roots, walk)
+    bufs = entry.buffers(walk)
+    new_uops = entry.output_uops(walk, bufs)
+    written = entry.written_inputs
+    for slot in written:  # ASSIGN targets: values computed from their old contents are stale now
         buffer_written(walk.in_bufs[slot])
-    stamp = (_write_epoch, walk.in_bufs)
+    epoch, in_bufs = _write_epoch, walk.in_bufs
     for root, new, out in zip(roots, new_uops, entry.outputs):
         if new is None or new is root:
             continue
-        if _view_base(root).op is Ops.ASSIGN:
+        base = root
+        while base.op in _MOVEMENT:
+            base = base.src[0]
+        if base.op is Ops.ASSIGN:
             _realized[root] = (new, 0, ())  # the assigned buffer stays the value (re-running it would write twice)
             continue
-        if entry.written_inputs:
+        if written:
             continue  # computed from contents this very schedule overwrites: not worth remembering
-        _realized[root] = (new, *stamp)
+        _realized[root] = (new, epoch, in_bufs)
+        stamp = (epoch, in_bufs)
         if out is not None and out.depth:  # the computed node below the root's movement ops reads its buffer too
             node = root
             for op, arg in out.above:  # only when the root's own chain is the one that was scheduled
@@ -490,8 +548,8 @@ def schedule_outputs(roots: Sequence[UOp]) -> tuple[list[ScheduleItem], dict[str
             else:
                 if node.op is out.point_op and node not in _realized and node.op is not Ops.ASSIGN:
                     buf = _view_base(new)
-                    _realized[node] = (buf.reshape(node.shape) if buf.shape != node.shape else buf, *stamp)
-    return items, walk.var_vals, new_uops
+                    _realized[node] = (_flat_view(buf, node.shape, buf.arg, unbind=False), *stamp)
+    return entry, walk, bufs, new_uops
 
 
 def create_schedule_with_vars(sink: UOp) -> tuple[list[ScheduleItem], dict[str, int]]:
@@ -512,6 +570,11 @@ def _lookup(roots: Sequence[UOp]) -> tuple[_Entry, _Walk]:
     if entry is not None:
         schedule_stats.hits += 1
         return entry, walk
+    return _schedule_miss(roots, walk), walk
+
+
+def _schedule_miss(roots: Sequence[UOp], walk: _Walk) -> _Entry:
+    """Schedule `roots` from scratch and cache the result under `walk`'s key."""
     schedule_stats.misses += 1
     entry = _Scheduler(roots, walk).entry
     if len(_schedule_cache) >= SCHEDULE_CACHE_LIMIT:
@@ -519,7 +582,7 @@ def _lookup(roots: Sequence[UOp]) -> tuple[_Entry, _Walk]:
     _schedule_cache[walk.key] = entry
     if DEBUG >= 3:
         _print_entry(entry)
-    return entry, walk
+    return entry
 
 
 def _print_entry(entry: _Entry) -> None:
@@ -554,6 +617,19 @@ def _copy_same_device(x: UOp) -> UOp | None:
     return x.src[0] if x.src[0].device == x.src[1].arg else None
 
 
+_CONSTANT_OPS = GroupOp.Movement | GroupOp.Elementwise | {Ops.CONST, Ops.IOTA, Ops.DEVICE}
+
+
+def _copy_of_constant(x: UOp) -> UOp | None:
+    """A COPY of a value computed from constants only (a broadcast scalar, IOTA math) is that value built on the
+    target device: nothing to copy (a bare CONST could not even get a source buffer)."""
+    src, target = x.src
+    nodes = src.toposort()
+    if any(n.op not in _CONSTANT_OPS for n in nodes):
+        return None
+    return src.substitute({n: target for n in nodes if n.op is Ops.DEVICE})
+
+
 pm_early = PatternMatcher(
     [
         (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),
@@ -565,6 +641,7 @@ pm_early = PatternMatcher(
         (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.CONTIGUOUS, name="c"),)), lambda c: c),
         (UPat(Ops.CONTIGUOUS, name="x"), _contiguous_of_buffer),
         (UPat(Ops.COPY, name="x"), _copy_same_device),
+        (UPat(Ops.COPY, name="x"), _copy_of_constant),
     ],
     name="schedule:early",
 )
@@ -616,10 +693,16 @@ def _unbind_arg(x: UOp) -> UOp | None:
     return x.replace(arg=stripped) if stripped != x.arg else None
 
 
+def _kernel_iota(x: UOp) -> UOp:
+    """A tensor-level IOTA as it appears in a kernel AST: no DEVICE source, a symbolic size unbound."""
+    return UOp(Ops.IOTA, x.dtype, (), _strip_binds(x.arg, {}))
+
+
 pm_kernel_ast = PatternMatcher(
     [
         (UPat(name="x"), lambda ctx, x: ctx.load_for(x)),
         (UPat(Ops.CONST, src=(UPat(Ops.DEVICE),), name="c"), lambda c: UOp(Ops.CONST, c.dtype, (), c.arg)),
+        (UPat(Ops.IOTA, src=(UPat(Ops.DEVICE),), name="x"), lambda x: _kernel_iota(x)),
         (UPat(Ops.BIND, name="b"), lambda b: b.src[0]),
         (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),
         (UPat(GroupOp.Movement, name="x"), _unbind_arg),
@@ -703,6 +786,44 @@ class _Scheduler:
             if len(g) > 1 and has_reduce[u] and u not in points and u.op not in GroupOp.Movement:
                 self._mark(u)
             groups[u] = g
+        self._mark_broadcast_into_reduce()
+
+    def _mark_broadcast_into_reduce(self) -> None:
+        """Realize a value computed from other kernels' outputs when it is broadcast into a reduce and costs more
+        than a few ops per element. Fused, the reducing kernel would recompute it for every element the broadcast
+        adds (a softmax backward recomputed inside both gradient matmuls that read it: 512 times per element);
+        realized, it is computed once and each use is one load. Cheap values (``relu(h)``, ``h + b``) and values
+        of input buffers only stay fused, so ``(x @ w + b).relu()`` and an MLP layer stay one kernel."""
+        points, consumers = self.points, self.consumers
+        reduced: dict[UOp, bool] = {}  # the kernel computing u's consumer reduces it
+        checked: set[UOp] = set()
+        # consumers first: a value marked here is a leaf for the kernels of the values it is computed from
+        for u in reversed(self.topo):
+            reduced[u] = any(c.op is Ops.REDUCE_AXIS or (c not in points and reduced[c]) for c in consumers[u])
+            if u.op is not Ops.EXPAND or u.shape == u.src[0].shape or not reduced[u]:
+                continue
+            value = _view_base(u)
+            if value in points or value in checked or value.op in _LEAVES or value.op is Ops.ASSIGN:
+                continue
+            checked.add(value)
+            if self._recompute_cost(value) > _RECOMPUTE_LIMIT:
+                self._mark(value)
+
+    def _recompute_cost(self, value: UOp) -> int:
+        """A rough per-element cost of computing `value` in a kernel that reads it: its loads and ALU ops, a
+        transcendental or division counting as several. 0 when it reads no other kernel's output (constants,
+        input buffers only): such values are left fused."""
+        reads_point, loads, ops = False, 0, 0
+        for n in self._region(value):
+            if n is not value and n in self.points:
+                reads_point, loads = True, loads + 1
+            elif n.op is Ops.BUFFER:
+                loads += 1
+            elif n.op in _EXPENSIVE_ALU:
+                ops += _EXPENSIVE_COST
+            elif n.op in GroupOp.ALU:
+                ops += 1
+        return loads + ops if reads_point else 0
 
     def _region(self, value: UOp) -> list[UOp]:
         """The nodes of the kernel computing `value`; other kernels' outputs are included as leaves."""
@@ -794,10 +915,10 @@ class _Scheduler:
                 self.slot_of_point[p] = slot
                 continue
             shape = p.shape
-            if shape is None or not all(isinstance(d, int) for d in shape):
-                raise NotImplementedError(f"can't allocate a buffer for {p.op} of shape {shape}")
+            if shape is None:
+                raise NotImplementedError(f"can't allocate a buffer for {p.op} without a shape")
             self.slot_of_point[p] = n_in + len(self.new_specs)
-            self.new_specs.append((self._device_of(p), prod(shape), p.dtype))
+            self.new_specs.append((self._device_of(p), _max_size(shape), p.dtype))
 
     def point_view(self, p: UOp, leaf: Any) -> UOp:
         """The value of realize point `p` read from its buffer: `leaf(slot)` (the flat buffer) through the right
@@ -805,9 +926,7 @@ class _Scheduler:
         if p.op is Ops.ASSIGN:
             return self.rebase(p.src[0], leaf)
         slot = self.slot_of_point[p]
-        flat = leaf(slot)
-        size = self.slot_spec(slot)[1]
-        return flat.reshape(p.shape) if p.shape != (size,) else flat
+        return _flat_view(leaf(slot), p.shape, self.slot_spec(slot)[1])
 
     def rebase(self, view: UOp, leaf: Any) -> UOp:
         """`view` (movement ops over a BUFFER or a realize point) rebuilt over `leaf(slot)`."""
@@ -836,25 +955,101 @@ class _Scheduler:
         if p.op is Ops.ASSIGN:
             target = self.rebase(p.src[0], lambda slot: out_global if slot == out_slot else ctx.global_for(slot))
         else:
-            target = out_global.reshape(p.shape) if p.shape != (size,) else out_global
+            target = _flat_view(out_global, p.shape, size)
+        ast = UOp.sink(UOp(Ops.STORE, dtypes.void, (target, self._kernel_value(p, ctx))))
+        return ast, tuple(ctx.slots), (p.op.name.lower(),)
+
+    def _kernel_value(self, p: UOp, ctx: _AstCtx) -> UOp:
+        """The kernel-AST value that point `p` stores (inputs become loads of `ctx`'s globals)."""
+        ctx.root = p
         value = self._value_of(p)
         if value is p:  # the kernel's own root must not become a load: rewrite below it
             new_src = _rewrite(UOp.sink(*p.src), pm_kernel_ast, ctx, bottom_up=True).src
             value = p.replace(src=new_src)
             if p.op in GroupOp.Movement:
                 value = _unbind_arg(value) or value
+            elif p.op is Ops.IOTA:
+                value = _kernel_iota(p)
         else:
             value = _rewrite(UOp.sink(value), pm_kernel_ast, ctx, bottom_up=True).src[0]
-        ast = UOp.sink(UOp(Ops.STORE, dtypes.void, (target, value)))
-        return ast, tuple(ctx.slots), (p.op.name.lower(),)
+        return value
+
+    # ----- multi-output kernels
+
+    def _multi_kernel(self, group: list[UOp]) -> tuple[UOp, tuple[int, ...], tuple[Any, ...]]:
+        """One kernel storing every point of `group` (see `_group_outputs`): output i is DEFINE_GLOBAL i, the
+        inputs follow; values computed from the same loads share them."""
+        out_slots = [self.slot_of_point[p] for p in group]
+        ctx = _AstCtx(self, group[0], out_slots[0])
+        ctx.slots = list(out_slots)
+        stores = []
+        for i, (p, slot) in enumerate(zip(group, out_slots)):
+            _, size, dtype = self.slot_spec(slot)
+            target = _flat_view(UOp.define_global(i, dtype, size), p.shape, size)
+            stores.append(UOp(Ops.STORE, dtypes.void, (target, self._kernel_value(p, ctx))))
+        return UOp.sink(*stores), tuple(ctx.slots), ("+".join(p.op.name.lower() for p in group),)
+
+    def _groupable(self, p: UOp) -> bool:
+        """Points that may share a kernel: computed values (no ASSIGN or COPY) of a concrete, non-empty shape."""
+        shape = p.shape
+        return (
+            p.op not in (Ops.ASSIGN, Ops.COPY)
+            and shape is not None
+            and all(isinstance(d, int) for d in shape)
+            and self.slot_spec(self.slot_of_point[p])[1] != 0
+        )
+
+    def _inputs_of(self, p: UOp) -> set[Any]:
+        """What kernel `p` reads: input slots and other kernels' points."""
+        out: set[Any] = set()
+        for n in self._region(self._value_of(p)):
+            if n.op is Ops.BUFFER:
+                out.add(self.walk.slot_of[n])
+            elif n in self.points and n is not p:
+                out.add(n)
+        return out
+
+    def _group_outputs(self, order: list[UOp], deps: dict[UOp, set[UOp]]) -> list[list[UOp]]:
+        """Kernels in execution order, points that group cleanly merged into one multi-output kernel: same device
+        and output shape, a common input (a buffer or another kernel's output: its loads are shared), and neither
+        depends on the other, so the later one can run at the earlier one's place once all its own dependencies
+        ran. E.g. ``x.sum(1)`` and ``x.max(1)`` realized together, or ``x * 2`` and ``x + 1``."""
+        groups: list[list[UOp]] = []
+        group_at: dict[UOp, int] = {}  # point -> index of its group
+        open_groups: dict[tuple[Any, ...], list[int]] = {}  # (device, shape) -> groups that may take more members
+        inputs: dict[int, set[Any]] = {}  # group -> what its kernel reads
+        for p in order:
+            # every dependency of a point runs in an earlier group than its own (by induction), so a group after all
+            # of p's direct dependencies holds nothing p depends on, and p may run there
+            key = (self.slot_spec(self.slot_of_point[p])[0], p.shape) if self._groupable(p) else None
+            mine = self._inputs_of(p) if key is not None else set()
+            target = None
+            for gi in open_groups.get(key, ()) if key is not None else ():
+                if not mine.isdisjoint(inputs[gi]) and all(group_at[d] < gi for d in deps[p]):
+                    target = gi
+                    break
+            if target is None:
+                target = len(groups)
+                groups.append([])
+                inputs[target] = set()
+                if key is not None:
+                    open_groups.setdefault(key, []).append(target)
+            groups[target].append(p)
+            group_at[p] = target
+            inputs[target] |= mine
+        return groups
 
     def _build(self) -> _Entry:
         from tinycore.engine.memory import plan_slots
 
         points = list(self.points)
-        kernels = {p: self._kernel(p) for p in points}
+        order = self._order(points)
         # an empty output has nothing to compute: its (empty) buffer is made, no kernel runs
-        items = [kernels[p] for p in self._order(points) if self.slot_spec(self.slot_of_point[p])[1] != 0]
+        items = [
+            self._kernel(g[0]) if len(g) == 1 else self._multi_kernel(g)
+            for g in self._group_outputs(order, self._deps)
+            if self.slot_spec(self.slot_of_point[g[0]])[1] != 0
+        ]
         n_in = len(self.walk.in_bufs)
         outputs = [self._output(r) for r in self.roots]
         out_slots = {o.slot for o in outputs if o is not None}
@@ -876,15 +1071,19 @@ class _Scheduler:
             return None
         chain: list[tuple[Ops, Any]] = []
         node = _fold_view(view)
+        symbolic = False
         while node.op in GroupOp.Movement:
-            chain.append((node.op, node.arg))
+            arg = node.arg
+            if _is_symbolic_arg(arg):  # kept unbound: `materialize` binds this call's values
+                arg, symbolic = _strip_binds(arg, {}), True
+            chain.append((node.op, arg))
             node = node.src[0]
         above: list[tuple[Ops, Any]] = []
         node = r
         while node is not point:
             above.append((node.op, node.arg))
             node = node.src[0]
-        return _Output(slot, fresh, tuple(reversed(chain)), len(above), tuple(above), point.op)
+        return _Output(slot, fresh, tuple(reversed(chain)), len(above), tuple(above), point.op, symbolic)
 
     def _order(self, points: list[UOp]) -> list[UOp]:
         """Kernels in dependency order: producers first, and a kernel reading a buffer's old contents before the
@@ -918,10 +1117,16 @@ class _Scheduler:
             order.append(ready)
             done.add(ready)
             pending.remove(ready)
+        self._deps = deps
         return order
 
 
 _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE})
+# a value broadcast into a reduce is realized when its per-element cost is above this (see
+# `_Scheduler._mark_broadcast_into_reduce`); transcendentals and divisions count `_EXPENSIVE_COST` each
+_RECOMPUTE_LIMIT = 3
+_EXPENSIVE_COST = 4
+_EXPENSIVE_ALU = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
 
 
 def _output_point(r: UOp) -> UOp:
@@ -940,6 +1145,42 @@ def _output_point(r: UOp) -> UOp:
         if isinstance(size, int) and isinstance(best_size, int) and size < best_size:
             best = node
     return best
+
+
+def _max_size(shape: tuple[Any, ...]) -> int:
+    """Elements of a buffer holding a value of `shape`: symbolic dimensions at their variables' maximum, so one
+    buffer size (and one cached schedule) serves every value in range."""
+    size = prod(shape)
+    if isinstance(size, UOp):
+        size = size.vmax
+    if not isinstance(size, int):
+        raise NotImplementedError(f"can't size a buffer for shape {shape}")
+    return size
+
+
+def _flat_view(flat: UOp, shape: tuple[Any, ...], size: int, unbind: bool = True) -> UOp:
+    """A flat buffer (or DEFINE_GLOBAL) of `size` elements seen as `shape`; a symbolic shape uses its first
+    ``prod(shape)`` elements (the buffer is sized for the largest values). `unbind`: symbolic sizes without their
+    bound values (for kernel ASTs and cache entries)."""
+    if tuple(shape) == (size,):
+        return flat
+    numel = prod(shape)
+    if isinstance(numel, UOp):
+        if unbind:
+            shape, numel = _strip_binds(tuple(shape), {}), _strip_binds(numel, {})
+        flat = flat.shrink(((0, numel),))
+        return flat.reshape(shape) if len(shape) != 1 else flat
+    return flat.reshape(shape)
+
+
+def _bind_arg(arg: Any, var_vals: dict[str, int]) -> Any:
+    """A movement arg whose unbound variables are bound to this call's values (by name); others stay unbound."""
+    if isinstance(arg, tuple):
+        return tuple(_bind_arg(a, var_vals) for a in arg)
+    if isinstance(arg, UOp):
+        binds = {v: v.bind(var_vals[v.arg[0]]) for v in arg.vars() if v.op is Ops.DEFINE_VAR and v.arg[0] in var_vals}
+        return arg.substitute(binds) if binds else arg
+    return arg
 
 
 def _strip_reshapes(u: UOp) -> UOp:

@@ -11,13 +11,23 @@ Each module holds one family of user-facing operations, written only in terms of
 | `reduce.py` | `ReduceMixin` | `prod var std any all argmax logsumexp cumsum sort topk...` |
 | `processing.py` | `ProcessingMixin` | `conv2d pools interpolate einsum attention linear norms`, losses |
 | `autograd.py` | `AutogradMixin` | `backward gradient requires_grad_` |
+| `data.py` | `DataMixin` | `clone to_ float half int bool` |
 """
 
 from tinycore.frontend.autograd import AutogradMixin
 from tinycore.frontend.creation import CreationMixin
+from tinycore.frontend.data import DataMixin
 from tinycore.frontend.elementwise import ElementwiseMixin
 from tinycore.frontend.movement import MovementMixin
 from tinycore.frontend.processing import ProcessingMixin
 from tinycore.frontend.reduce import ReduceMixin
 
-__all__ = ["AutogradMixin", "CreationMixin", "ElementwiseMixin", "MovementMixin", "ProcessingMixin", "ReduceMixin"]
+__all__ = [
+    "AutogradMixin",
+    "CreationMixin",
+    "DataMixin",
+    "ElementwiseMixin",
+    "MovementMixin",
+    "ProcessingMixin",
+    "ReduceMixin",
+]

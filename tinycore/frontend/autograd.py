@@ -2,10 +2,12 @@
 
 Semantics (tinygrad 0.11, PyTorch values):
 
-- `requires_grad` is None ("not set", the default), True or False. Gradients flow only to tensors whose
-  `requires_grad` is True. It is not propagated to results: `(w * 2).requires_grad` is None, and `backward()`
-  fills `.grad` of the tensors marked True that the loss depends on (usually the parameters; a marked
-  intermediate result gets its `.grad` too, as in tinygrad).
+- `requires_grad` is None ("not set", the default), True or False. An op's result gets True when any input is
+  True, else None when any input is None, else False (tinygrad 0.11; PyTorch agrees wherever a flag is True);
+  `detach()`, scalar operands and internal constants are False. `backward()` fills `.grad` of the tensors that
+  were marked True by the setter (`requires_grad=True`, `requires_grad_()`) and that the loss depends on (usually
+  the parameters; a marked intermediate result gets its `.grad` too); results whose flag was only propagated get
+  none, as PyTorch's non-leaf tensors.
 - `loss.backward(gradient=None)`: a one-element loss is seeded with 1; any other shape needs `gradient`
   (else RuntimeError, as in PyTorch). Gradients accumulate: `.grad` is assigned `grad + new` when it exists, so
   call the optimizer's `zero_grad()` (which sets `.grad = None`) between steps.
@@ -27,8 +29,10 @@ from tinycore.uop.ops import Ops, UOp
 if TYPE_CHECKING:
     from tinycore.tensor import Tensor
 
-# every live tensor whose requires_grad is True: `backward()` looks here for the tensors a loss depends on
+# every live tensor whose requires_grad was set True (not merely propagated to it by an op): `backward()` looks
+# here for the tensors a loss depends on; `_marked` is the same set by id (a WeakSet compares with Tensor.__eq__)
 _grad_tensors: weakref.WeakSet[Any] = weakref.WeakSet()
+_marked: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 class _TrainMode:
@@ -75,7 +79,7 @@ def note_realized(t: Any, new: UOp) -> None:
     old = t.uop
     if new is old or old.op is Ops.ASSIGN or old.op is Ops.BUFFER:
         return
-    if t.requires_grad:
+    if _marked.get(id(t)) is t:  # marked by the setter (a parameter); a result with a propagated flag is no leaf
         _target_origins[new] = old  # a graph built before this realize still finds the tensor
         return
     base = old
@@ -117,7 +121,9 @@ class AutogradMixin:
 
     @property
     def requires_grad(self: Any) -> bool | None:
-        """None (not set), True (gradients flow here and `backward()` fills `.grad`) or False."""
+        """None (not set), True or False. Setting True marks the tensor: `backward()` fills its `.grad`. An op's
+        result gets the flag propagated from its inputs (True if any is True, else None if any is None, else False)
+        but is not marked."""
         return self._requires_grad
 
     @requires_grad.setter
@@ -133,9 +139,12 @@ class AutogradMixin:
                 buf = new_buffer_uop(self.device, int(self.numel()), self.dtype)
                 view = buf.reshape(tuple(self.shape)) if tuple(self.shape) != (int(self.numel()),) else buf
                 self.uop = view.assign(uop)
-            _grad_tensors.add(self)
-        else:
-            _grad_tensors.discard(self)
+            if _marked.get(id(self)) is not self:  # WeakSet.add of a member would compare with Tensor.__eq__
+                _grad_tensors.add(self)
+                _marked[id(self)] = self
+        elif id(self) in _marked.data and _marked.pop(id(self), None) is not None:
+            for ref in [r for r in _grad_tensors.data if r() is self]:  # by identity, for the same reason
+                _grad_tensors.data.discard(ref)
 
     def requires_grad_(self: Any, requires_grad: bool = True) -> Tensor:
         """Set `requires_grad` in place; returns self."""
@@ -183,7 +192,7 @@ class AutogradMixin:
         out: list[UOp | None] = []
         by_view: dict[UOp, UOp] | None = None
         for t in targets:
-            if t.uop in topo:
+            if t.uop in topo or (t.uop.op is Ops.MULTI and any(s in topo for s in t.uop.src)):  # sharded: by shards
                 out.append(t.uop)
                 continue
             before = _target_origins.get(t.uop)

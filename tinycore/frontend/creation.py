@@ -131,7 +131,11 @@ class CreationMixin:
         r, c = int(self.shape[-2]), int(self.shape[-1])
         rows = T.arange(r, device=self.device).reshape(r, 1)
         cols = T.arange(c, device=self.device).reshape(1, c)
-        return (cols - rows >= diagonal) if upper else (cols - rows <= diagonal)
+        # one add and one compare per element: col - row >= d  <=>  row < col + (1 - d), and
+        # col - row <= d  <=>  col < row + (d + 1)
+        if upper:
+            return rows < (cols + (1 - diagonal) if diagonal != 1 else cols)
+        return cols < (rows + (diagonal + 1) if diagonal != -1 else rows)
 
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:  # type: ignore[misc]
         """Zero below the `diagonal`-th diagonal of the last two dimensions."""

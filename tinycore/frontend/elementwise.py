@@ -202,7 +202,13 @@ class ElementwiseMixin:
         """-1, 0 or 1 by the sign of x (same dtype; NaN gives 0 like `torch.sign`; bool is unchanged)."""
         if self.dtype == dtypes.bool:
             return self
-        one = (self > 0).where(self._const_like(1, self.dtype, self.shape), self._const_like(0, self.dtype, self.shape))
+        zero = self._const_like(0, self.dtype, self.shape)
+        if dtypes.is_float(self.dtype):
+            # the 0 branch (x is +-0 or NaN there) is built from trunc(x) so the gradient is zeros, like PyTorch's,
+            # rather than missing: t * t is +0 for both zeros, and NaN is sent to the constant
+            t = self.trunc()
+            zero = (self == self).where(t * t, zero)
+        one = (self > 0).where(self._const_like(1, self.dtype, self.shape), zero)
         return (self < 0).where(self._const_like(-1, self.dtype, self.shape), one)
 
     def trunc(self: Tensor) -> Tensor:  # type: ignore[misc]

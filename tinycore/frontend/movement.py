@@ -179,13 +179,15 @@ class MovementMixin:
     def _pad_constant(self: Any, pairs: tuple[tuple[Any, Any], ...], value: Any) -> Tensor:
         """Zero-padding by the PAD op; other values through a padded mask (pairs are non-negative)."""
         T = _T()
-        padded = T._wrap(self.uop.pad(pairs), self.device)
+        padded = T._wrap(self.uop.pad(pairs), self.device, None, self._requires_grad)
         if value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0):
             return padded
         if self.dtype != dtypes.bool and dtypes.is_int(self.dtype) and isinstance(value, float):
             value = int(value) if float(value).is_integer() else value
-        mask = T._wrap(T.Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).uop.pad(pairs), self.device)
-        return mask.where(padded, T._wrap(T._const_uop(value, self.dtype, self.device, padded.shape), self.device))
+        mask = T.Tensor.ones(*self.shape, dtype=dtypes.bool, device=self.device).uop.pad(pairs)
+        mask = T._wrap(mask, self.device, None, False)  # constants never need a gradient (requires_grad False)
+        fill = T._wrap(T._const_uop(value, self.dtype, self.device, padded.shape), self.device, None, False)
+        return mask.where(padded, fill)
 
     def _slice_dim(self: Any, d: int, start: Any, stop: Any) -> Tensor:
         """Elements ``[start, stop)`` of dimension `d`."""
@@ -300,12 +302,12 @@ class MovementMixin:
             n = t.shape[d]
             pairs = tuple((offset, total - offset - n) if j == d else (0, 0) for j in range(t.ndim))
             offset += n
-            padded = T._wrap(t.uop.pad(pairs), t.device)
+            padded = T._wrap(t.uop.pad(pairs), t.device, None, t._requires_grad)
             if out is None:
                 out = padded
             else:
                 mask = T.Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)
-                out = T._wrap(mask.uop.pad(pairs), t.device).where(padded, out)
+                out = T._wrap(mask.uop.pad(pairs), t.device, None, False).where(padded, out)
         assert out is not None
         return out
 

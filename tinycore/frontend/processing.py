@@ -57,6 +57,46 @@ def _unsqueeze(x: Tensor, axis: int) -> Tensor:
     return x.reshape(*x.shape[:axis], 1, *x.shape[axis:])
 
 
+_PACK_MIN_ROWS = 16  # fewer rows than this (a matrix-vector product) reuse the right operand too little to repack
+_PACK_MIN_ELEMENTS = 1 << 14  # right operands smaller than this stay in cache anyway
+
+
+def _gemm_panel(device: Any, itemsize: int) -> int:
+    """Width in elements of the column panels the device's renderer wants a matmul's right operand packed into
+    (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked)."""
+    if not isinstance(device, str):
+        return 0
+    from tinycore.device import Device
+
+    try:
+        nbytes = int(getattr(Device[device].renderer, "gemm_panel_bytes", 0) or 0)
+    except Exception:  # noqa: BLE001 (a device that can't be opened simply gets no packing)
+        return 0
+    return nbytes // itemsize if nbytes >= 2 * itemsize else 0
+
+
+def _numel(x: Tensor) -> int:
+    """The element count of `x` (0 when a dimension is symbolic)."""
+    return prod(x.shape) if all(isinstance(d, int) for d in x.shape) else 0
+
+
+def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
+    """The right operand ``(..., K, N)`` of a matmul with `rows` rows, as the same logical view of a copy whose
+    memory is laid out in column panels ``(..., N / p, K, p)`` when the device asks for it (see
+    `tinycore.renderer.Renderer.gemm_panel_bytes`): a register-blocked kernel then reads one panel row (``p``
+    consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous."""
+    k, n = w.shape[-2], w.shape[-1]
+    if not all(isinstance(d, int) for d in (*w.shape, rows)) or rows < _PACK_MIN_ROWS or k * n < _PACK_MIN_ELEMENTS:
+        return w
+    panel = _gemm_panel(w.device, w.dtype.itemsize)
+    if panel < 2 or n % panel or n == panel:
+        return w
+    lead = w.shape[:-2]
+    nl = len(lead)
+    packed = w.reshape(*lead, k, n // panel, panel).permute(*range(nl), nl + 1, nl, nl + 2).contiguous()
+    return packed.permute(*range(nl), nl + 1, nl, nl + 2).reshape(*lead, k, n)
+
+
 def _rsqrt(x: Tensor) -> Tensor:
     return x.sqrt().reciprocal()
 
@@ -255,6 +295,7 @@ class ProcessingMixin:
         elif n1 == 1:
             ret = (x.reshape(k, 1) * w).sum(-2)
         else:
+            w = _packed_right_operand(w, prod(x.shape[:-1]))
             xs = x.reshape(*x.shape[:-1], 1, k)
             ws = w.transpose(-1, -2).reshape(*w.shape[:-2], 1, w.shape[-1], k)
             ret = (xs * ws).sum(-1)
@@ -413,6 +454,12 @@ class ProcessingMixin:
         pads = _resolve_padding(padding, tuple(kernel), dl, st)
         if any(p != (0, 0) for p in pads):
             x = x.pad(((0, 0), (0, 0), *pads))
+            if _gemm_panel(x.device, x.dtype.itemsize) and _numel(x) >= _PACK_MIN_ELEMENTS:
+                # a device that repacks matmul operands also wants the padded input in memory: the conv kernel then
+                # loads whole vectors of a row without a bounds check per lane (a copy of the input is cheap next
+                # to the cin * prod(kernel) reads of every element the convolution makes; measured 2x on a 3x3
+                # conv of 8x64x56x56). Small inputs stay in cache either way: one kernel, no copy.
+                x = x.contiguous()
         for n, k, d, (b, a) in zip(spatial, kernel, dl, pads):
             if n + b + a < d * (k - 1) + 1:
                 raise RuntimeError(

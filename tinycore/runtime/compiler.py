@@ -59,6 +59,53 @@ class Compiler:
             disk_put(table, key, lib)
         return lib
 
+    def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """Compile several sources: one binary per source, in order (a binary may hold other sources' code too).
+        This default compiles them one by one; a compiler that can do better (one process for several sources,
+        processes in parallel) overrides it, which makes `batches` True."""
+        return [self.compile(src) for src in srcs]
+
+    @property
+    def batches(self) -> bool:
+        """True when this compiler overrides `compile_many` (building several sources together is cheaper than one
+        by one), so callers should hand it every new kernel of a schedule at once."""
+        return type(self).compile_many is not Compiler.compile_many
+
+    def compile_cached_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """`compile_many` through the disk cache: hits are read, the distinct misses are built in one batch and
+        stored. Failures are wrapped like `compile_cached`'s."""
+        srcs = list(srcs)
+        if self.cachekey is None:
+            return self._checked_many(srcs)
+        table = f"compile_{self.cachekey}"
+        keys = [self.cache_key(src) for src in srcs]
+        libs: list[bytes | None] = [disk_get(table, key) for key in keys]
+        missing: dict[str, list[int]] = {}
+        for i, lib in enumerate(libs):
+            if lib is None:
+                missing.setdefault(srcs[i], []).append(i)
+        if missing:
+            for positions, built in zip(missing.values(), self._checked_many(list(missing))):
+                disk_put(table, keys[positions[0]], built)
+                for i in positions:
+                    libs[i] = built
+        return [lib for lib in libs if lib is not None]
+
+    def _checked_many(self, srcs: list[str]) -> list[bytes]:
+        from tinycore.errors import CompileError
+
+        if len(srcs) == 1:
+            return [self._compile_checked(srcs[0])]
+        try:
+            libs = self.compile_many(srcs)
+        except (CompileError, NotImplementedError):
+            raise
+        except Exception as error:
+            raise CompileError(f"{type(self).__name__} failed: {type(error).__name__}: {error}") from error
+        if len(libs) != len(srcs) or not all(isinstance(lib, (bytes, bytearray)) for lib in libs):
+            raise CompileError(f"{type(self).__name__}.compile_many must return one bytes object per source")
+        return [bytes(lib) for lib in libs]
+
     def _compile_checked(self, src: str) -> bytes:
         from tinycore.errors import CompileError
 

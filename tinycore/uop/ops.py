@@ -182,6 +182,7 @@ class Ops(_FastEnum):
     MSELECT = auto()  # src = (multi-device value,), arg = device index: that device's part
     MSTACK = auto()  # src = single-device values: one logical value placed on several devices
     ALLREDUCE = auto()  # src = (x, DEVICE), arg = Ops.ADD|MUL|MAX: reduce the shards of x on those devices
+    IOTA = auto()  # src = (DEVICE,) at tensor level, () in a kernel AST; arg = n: the 1-D value [0, 1, ..., n-1]
 
     # --- kernel level (stages 2-4)
     INDEX = auto()  # src = (buffer ptr, index[, gate bool]) -> pointer; or (value, *ranges) during lowering
@@ -809,6 +810,18 @@ class UOp:
         return UOp(Ops.UNIQUE, dtypes.void, (), num)
 
     @staticmethod
+    def iota(size: sint, device: str | tuple[str, ...], dtype: DType = dtypes.int32) -> UOp:
+        """The tensor-level 1-D value ``[0, 1, ..., size-1]`` on `device` (IOTA): no buffer, each element is its
+        own position, lowered to the flattened loop index (O(1) work per element).
+
+        >>> UOp.iota(5, "PYTHON").shape
+        (5,)
+        """
+        if not dtypes.is_int(dtype):
+            raise TypeError(f"IOTA makes integers, not {dtype!r}: cast the result")
+        return UOp(Ops.IOTA, dtype, (UOp.device_node(device),), size)
+
+    @staticmethod
     def device_node(device: str | tuple[str, ...]) -> UOp:
         """A DEVICE node naming one device or a tuple of devices."""
         return UOp(Ops.DEVICE, dtypes.void, (), device)
@@ -1205,7 +1218,7 @@ class UOp:
                 return tuple(s.device for s in node.src)  # type: ignore[misc]
             if node.op in (Ops.BUFFER, Ops.COPY, Ops.ALLREDUCE):
                 return node.src[1].arg
-            if node.op is Ops.CONST:
+            if node.op is Ops.CONST or node.op is Ops.IOTA:
                 return node.src[0].arg if node.src and node.src[0].op is Ops.DEVICE else None
             node = next((s for s in node.src if s.op is not Ops.DEVICE), None)
         return None
@@ -1352,6 +1365,9 @@ def _compute_min_max(u: UOp) -> tuple[Any, Any]:
         return (min(u.arg), max(u.arg))
     if op is Ops.DEFINE_VAR:
         return (u.arg[1], u.arg[2])
+    if op is Ops.IOTA:
+        size_max = u.arg.vmax if isinstance(u.arg, UOp) else u.arg
+        return (0, max(0, size_max - 1))
     if op is Ops.BIND:
         return u.src[0]._mm
     if op in (Ops.RANGE, Ops.SPECIAL):
@@ -1490,6 +1506,8 @@ def _infer_shape(u: UOp) -> tuple[sint, ...] | None:
         return () if u.src and u.src[0].op is Ops.DEVICE else None
     if op in (Ops.DEFINE_VAR, Ops.BIND):
         return ()
+    if op is Ops.IOTA:
+        return (u.arg,) if u.src and u.src[0].op is Ops.DEVICE else None
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return tuple(u.arg)
     src_shape = u.src[0]._shape if u.src else None

@@ -798,8 +798,9 @@ def _rewrite_sources_first(
     get = dispatch.get
     active: set[UOp] = set()
     stack: list[tuple[UOp, int, Any]] = [(root, 0, None)]
+    push, pop = stack.append, stack.pop
     while stack:
-        n, stage, extra = stack.pop()
+        n, stage, extra = pop()
         if stage == 0:
             if n in replace:
                 continue
@@ -808,21 +809,31 @@ def _rewrite_sources_first(
                     f"rewrite pass {name!r}: a rule built a cycle through {n.op} (it returned a graph "
                     "containing the node being rewritten)"
                 )
+            src = n.src
+            if not src:  # a leaf: match it right away (the common no-match case needs no bookkeeping)
+                f = get(n.op)
+                r = f(n, ctx) if f is not None else None
+                if r is None:
+                    replace[n] = n
+                    continue
+                if type(r) is not UOp:
+                    _bad_result(name, n, r)
+                active.add(n)
+                push((n, 2, (n, r)))
+                push((r, 0, None))
+                continue
             active.add(n)
-            stack.append((n, 1, None))
-            for s in reversed(n.src):
+            push((n, 1, None))
+            for s in reversed(src):
                 if s not in replace:
-                    stack.append((s, 0, None))
+                    push((s, 0, None))
         elif stage == 1:
             src = n.src
             nn = n
-            if src:
-                new_src = tuple([replace[s] for s in src])
-                for a, b in zip(src, new_src):
-                    if a is not b:
-                        nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
-                        break
-                if nn is not n and nn in replace:
+            new_src = tuple([replace[s] for s in src])
+            if new_src != src:  # element-wise identity: UOps compare by identity
+                nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+                if nn in replace:
                     replace[n] = replace[nn]
                     active.discard(n)
                     continue
@@ -836,8 +847,8 @@ def _rewrite_sources_first(
             else:
                 if type(r) is not UOp:
                     _bad_result(name, nn, r)
-                stack.append((n, 2, (nn, r)))
-                stack.append((r, 0, None))
+                push((n, 2, (nn, r)))
+                push((r, 0, None))
         else:
             nn, r = extra
             res = replace[r]

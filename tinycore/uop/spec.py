@@ -66,6 +66,7 @@ TENSOR_OPS: frozenset[Ops] = (
         Ops.MSELECT,
         Ops.MSTACK,
         Ops.ALLREDUCE,
+        Ops.IOTA,
     }
 )
 
@@ -97,10 +98,13 @@ KERNEL_OPS: frozenset[Ops] = (
         Ops.UNROLL,
         Ops.CONTRACT,
         Ops.WMMA,
+        Ops.IOTA,
     }
 )
 
-PROGRAM_OPS: frozenset[Ops] = KERNEL_OPS - GroupOp.Movement - {Ops.REDUCE_AXIS, Ops.REDUCE, Ops.UNROLL, Ops.CONTRACT}
+# kernel-AST ops that lowering removes before a program is linearized
+_KERNEL_ONLY = frozenset({Ops.REDUCE_AXIS, Ops.REDUCE, Ops.UNROLL, Ops.CONTRACT, Ops.IOTA})
+PROGRAM_OPS: frozenset[Ops] = KERNEL_OPS - GroupOp.Movement - _KERNEL_ONLY
 
 SPECS: dict[str, frozenset[Ops]] = {
     "tensor": TENSOR_OPS,
@@ -359,6 +363,12 @@ def _check(u: UOp) -> str | None:  # noqa: C901 (one branch per op is the cleare
             return "BUFFER takes (UNIQUE, DEVICE)"
         ok = isinstance(u.arg, int) and u.arg >= 0 or isinstance(u.arg, UOp)
         return None if ok else f"BUFFER arg must be its size in elements, got {u.arg!r}"
+    if op is Ops.IOTA:
+        if u.src and not (len(u.src) == 1 and u.src[0].op is Ops.DEVICE):
+            return "IOTA takes no sources (kernel) or one DEVICE (tensor-level)"
+        if not (isinstance(u.arg, int) and u.arg >= 0 or isinstance(u.arg, UOp)):
+            return f"IOTA arg must be its size, got {u.arg!r}"
+        return None if _is_int(u.dtype) else f"IOTA must be an integer, got {u.dtype!r}"
     if op is Ops.BUFFER_VIEW:
         if len(u.src) != 1 or not (isinstance(u.arg, tuple) and len(u.arg) == 2):
             return "BUFFER_VIEW takes one source and arg (size, offset)"

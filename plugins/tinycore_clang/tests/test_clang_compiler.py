@@ -50,9 +50,12 @@ def test_second_compile_is_a_cache_hit_without_subprocess(clang, monkeypatch, tm
 def test_cache_key_changes_with_the_cpu_target(clang, monkeypatch, tmp_path):
     monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
     src = _kernel_src(clang, "kfeat")
+    # two machines sharing one cache folder: the resolved target is cached per machine, never handed across
+    monkeypatch.setattr(toolchain, "machine_identity", lambda: "AMD EPYC | avx2")
     monkeypatch.setattr(toolchain, "read_cpu_features", lambda cc, flags: "-march=znver3 -mavx2 -mno-avx512f")
     avx2 = ClangCompiler(cc=clang.compiler.cc)
     avx2_key = avx2.cache_key(src)  # the target is resolved once per compiler, on first use
+    monkeypatch.setattr(toolchain, "machine_identity", lambda: "Intel Xeon | avx2 avx512f")
     monkeypatch.setattr(toolchain, "read_cpu_features", lambda cc, flags: "-march=sapphirerapids -mavx2 -mavx512f")
     avx512 = ClangCompiler(cc=clang.compiler.cc)
     assert avx2_key != avx512.cache_key(src) and avx2.cache_key(src) == avx2_key
@@ -62,7 +65,7 @@ def test_cache_key_changes_with_the_cpu_target(clang, monkeypatch, tmp_path):
     real_run = subprocess.run
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
     avx512.compile_cached(src)  # different key: must build again, never reuse the AVX2 binary
-    assert len(calls) == 1
+    assert len([c for c in calls if c[0][0] == avx512.cc and "-###" not in c[0]]) == 1  # (clang: + the linker)
 
 
 def test_cache_key_names_compiler_version_flags_and_resolved_target(clang):
@@ -71,6 +74,36 @@ def test_cache_key_names_compiler_version_flags_and_resolved_target(clang):
     assert os.path.isabs(path) and version
     assert "-march=native" in flags and "-O2" in flags
     assert target and "native" not in target  # the resolved CPU, not the word "native"
+
+
+def test_target_facts_are_read_from_the_disk_cache_until_the_compiler_or_machine_changes(monkeypatch, tmp_path):
+    monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path / "cache"))
+    fake_cc = tmp_path / "clang"
+    fake_cc.write_text("#!/bin/sh\n")  # only stat'ed: the two facts come from the counting stand-ins below
+    asked = []
+    monkeypatch.setattr(toolchain, "compiler_version", lambda cc: asked.append("version") or "clang version 99")
+    monkeypatch.setattr(toolchain, "read_cpu_features", lambda cc, flags: asked.append("target") or "-target-cpu x")
+    monkeypatch.setattr(toolchain, "machine_identity", lambda: "cpu A")
+
+    def parts() -> tuple[str, ...]:
+        """The key parts of a fresh compiler instance (as in a new process)."""
+        return tuple(ClangCompiler(cc=str(fake_cc)).cache_key_parts())
+
+    first = parts()
+    assert asked == ["version", "target"] and first[1] == "clang version 99" and first[3] == "-target-cpu x"
+    assert parts() == first and len(asked) == 2  # the next process runs no compiler
+    os.utime(fake_cc, ns=(1, 1))  # a reinstalled compiler
+    assert parts() == first and len(asked) == 4
+    monkeypatch.setattr(toolchain, "machine_identity", lambda: "cpu B")  # another machine sharing the cache
+    assert parts() == first and len(asked) == 6
+    monkeypatch.setenv("CLANG_FLAGS", "-march=x86-64-v3")  # other flags: another target
+    parts()
+    assert len(asked) == 8
+    monkeypatch.setattr(toolchain, "read_cpu_features", lambda cc, flags: "cpuinfo: avx2")  # a failed probe
+    monkeypatch.setenv("CLANG_FLAGS", "-march=x86-64-v2")
+    parts()
+    parts()
+    assert asked.count("version") == 6  # not stored: asked again
 
 
 def test_real_feature_reader_resolves_native(clang):
@@ -111,7 +144,7 @@ def test_compile_many_batches_and_keeps_same_named_kernels_apart(clang, monkeypa
 
     monkeypatch.setattr(subprocess, "Popen", counting)
     libs = compiler.compile_cached_many(srcs)
-    assert len(spawned) == 2
+    assert len([c for c in spawned if c[0] == compiler.cc and "-###" not in c]) == 2  # (clang: + the linker)
     assert len(libs) == 6 and libs[0] == libs[1] == libs[4] and libs[0] != libs[5]
     runner = Runner(clang)
     for i, (src, lib) in enumerate(zip(srcs, libs)):

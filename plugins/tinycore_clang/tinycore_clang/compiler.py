@@ -8,6 +8,9 @@ Command: ``CC -x c - <flags> -shared -o out.so``. Default flags (`DEFAULT_FLAGS`
   ``MULACC`` is still an FMA where the CPU has one);
 - ``-fno-math-errno``: ``sqrt`` becomes one instruction; ``-fno-semantic-interposition``: calls between the
   kernel's exported functions are direct;
+- ``-fno-inline-functions``: the kernel is not inlined into its exported ``NAME_tc`` wrapper (which would make
+  the compiler optimize and emit every kernel twice: a third of clang's time on a training step's kernels; the
+  wrapper's one extra call per launch is free);
 - ``-fPIC -pipe -w -nostdlib -lgcc``: no C runtime start files and no libc link (undefined symbols such as
   ``memcpy`` resolve against the already loaded process when the library is loaded); ``libgcc`` provides the
   float16 conversion helpers some targets call.
@@ -17,13 +20,21 @@ Command: ``CC -x c - <flags> -shared -o out.so``. Default flags (`DEFAULT_FLAGS`
 
 The disk-cache key (`cache_key_parts`) holds the compiler's path and ``--version``, the flags, and what the
 ``-march`` flag resolves to on this machine (`tinycore_clang.toolchain.read_cpu_features`), so a shared cache never
-hands AVX-512 code to an AVX2 CPU. `compile_many` builds the kernels of one schedule in one go: the sources are
-merged into at most one translation unit per CPU, and those compile in parallel.
+hands AVX-512 code to an AVX2 CPU. Finding those two out runs the compiler twice, so they are kept in the disk cache
+too (`ClangCompiler.target_facts`, keyed by the compiler's path, size and mtime and the machine's CPU): a process
+whose kernels are all cached starts no compiler at all. `compile_many` builds the kernels of one schedule in one
+go: the sources are merged into at most one translation unit per CPU, and those compile in parallel.
+
+With clang, a kernel is compiled (``-c``) and linked in two steps: the driver runs the compiler proper in its own
+process only when it has a single job, so ``clang ... -shared -o out.so`` starts clang twice (each start loads
+libLLVM: about 40 ms), while ``clang -c`` + the linker command the driver would have run (read once from
+``clang -###``, `ClangCompiler.link_command`) starts it once. gcc's driver is cheap to start and links itself.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import shlex
@@ -44,6 +55,7 @@ DEFAULT_FLAGS: tuple[str, ...] = (
     "-ffp-contract=off",
     "-fno-math-errno",
     "-fno-semantic-interposition",
+    "-fno-inline-functions",
     "-fPIC",
     "-pipe",
     "-w",
@@ -70,7 +82,8 @@ def scratch_path(suffix: str) -> str:
 
 
 def format_compile_error(compiler: str, src: str, stderr: str) -> str:
-    """The compiler's message followed by the source lines it complains about, numbered."""
+    """The compiler's message followed by the source lines it complains about, numbered; it names the kernel when
+    `src` is one rendered kernel."""
     lines = src.splitlines()
     wanted: list[int] = []
     for match in _ERROR_LINE.finditer(stderr):
@@ -83,7 +96,9 @@ def format_compile_error(compiler: str, src: str, stderr: str) -> str:
             mark = ">>" if n == number else "  "
             excerpt.append(f"{mark}{n:5d} | {lines[n - 1]}")
         excerpt.append("   ...")
-    text = f"{compiler} failed:\n{stderr.strip()}"
+    kernels = _MARKER.findall(src)
+    what = f" on kernel {kernels[0]}" if len(kernels) == 1 else ""
+    text = f"{compiler} failed{what}:\n{stderr.strip()}"
     if excerpt:
         text += "\nsource:\n" + "\n".join(excerpt)
     return text
@@ -118,50 +133,135 @@ class ClangCompiler(Compiler):
         self.flags: tuple[str, ...] = tuple(flags)
         self.jobs = jobs if jobs is not None else toolchain.cpu_count()
         self._key_parts: tuple[str, ...] | None = None
+        self._link: list[str] | None = None  # the linker command template (`link_command`), [] for the driver
 
     # ----- cache key -----
     def cache_key_parts(self) -> Sequence[str]:
-        """Compiler path and version, flags, and the CPU target ``-march`` resolves to (computed once)."""
+        """Compiler path and version, flags, and the CPU target ``-march`` resolves to (computed once per process;
+        the version and target come from the disk cache when this compiler and machine were seen before, see
+        `target_facts`)."""
         if self._key_parts is None:
-            self._key_parts = (
-                os.path.realpath(self.cc),
-                toolchain.compiler_version(self.cc),
-                " ".join(self.flags),
-                toolchain.read_cpu_features(self.cc, self.flags),
-            )
+            version, features = self.target_facts()
+            self._key_parts = (os.path.realpath(self.cc), version, " ".join(self.flags), features)
         return self._key_parts
+
+    def target_facts(self) -> tuple[str, str]:
+        """The compiler's version and what ``-march`` resolves to (`toolchain.compiler_version`,
+        `toolchain.read_cpu_features`: two compiler runs, ~80 ms), kept in the disk cache under the compiler's
+        `toolchain.compiler_stamp`, the flags and the `toolchain.machine_identity`. Only complete answers are
+        stored (a compiler that failed to answer is asked again by the next process)."""
+        stamp = toolchain.compiler_stamp(self.cc)
+        table = f"toolchain_{self.cachekey}"
+        key = json.dumps(["version+target", stamp, *self.flags, toolchain.machine_identity()])
+        if stamp is not None:
+            cached = disk_get(table, key)
+            if cached is not None:
+                try:
+                    version, features = json.loads(cached)
+                    if isinstance(version, str) and isinstance(features, str):
+                        return version, features
+                except ValueError:
+                    pass
+        version = toolchain.compiler_version(self.cc)
+        features = toolchain.read_cpu_features(self.cc, self.flags)
+        if stamp is not None and version and not features.startswith("cpuinfo:"):
+            disk_put(table, key, json.dumps([version, features]).encode())
+        return version, features
+
+    # ----- linking -----
+    def link_command(self) -> list[str]:
+        """The command that links a kernel object into a shared object, with ``{obj}`` and ``{out}`` in place of
+        the file names, exactly as the clang driver would run it (its ``-###`` output, read once and kept in the
+        disk cache); ``[]`` when kernels are linked by the compiler driver itself (gcc, or when that output can't
+        be read)."""
+        if self._link is None:
+            self._link = self._read_link_command()
+        return self._link
+
+    def _read_link_command(self) -> list[str]:
+        if "clang" not in os.path.basename(os.path.realpath(self.cc)).lower():
+            return []
+        stamp = toolchain.compiler_stamp(self.cc)  # a reinstalled compiler asks again (no subprocess for the key)
+        if stamp is None:
+            return []
+        table, key = f"link_{self.cachekey}", json.dumps(["obj first", stamp, *self.flags, *KERNEL_LINK_FLAGS])
+        cached = disk_get(table, key)
+        if cached is not None:
+            return json.loads(cached)
+        obj, out = scratch_path("_probe.o"), scratch_path("_probe.so")  # the driver checks that its input exists
+        try:
+            with open(obj, "wb"):
+                pass
+            proc = subprocess.run(
+                [self.cc, "-###", obj, *self.flags, *KERNEL_LINK_FLAGS, "-o", out],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return []
+        finally:
+            try:
+                os.unlink(obj)
+            except OSError:
+                pass
+        commands = [line for line in proc.stderr.splitlines() if line.startswith(" ") and obj in line]
+        if proc.returncode != 0 or len(commands) != 1:
+            return []
+        try:
+            command = shlex.split(commands[0])
+        except ValueError:
+            return []
+        if command.count(obj) != 1 or command.count(out) != 1 or not os.path.isabs(command[0]):
+            return []
+        command = ["{obj}" if arg == obj else "{out}" if arg == out else arg for arg in command]
+        disk_put(table, key, json.dumps(command).encode())
+        return command
+
+    def _linked(self, obj: str, out: str) -> list[str]:
+        return [out if arg == "{out}" else obj if arg == "{obj}" else arg for arg in self.link_command()]
 
     # ----- one source -----
     def _command(self, source: str, output: str, link: Sequence[str]) -> list[str]:
         return [self.cc, "-x", "c", source, *self.flags, *link, "-o", output]
 
-    def _run(self, src: str, link: Sequence[str]) -> bytes:
-        out = scratch_path(".so")
+    def _kernel_commands(self, source: str, output: str) -> list[list[str]]:
+        """The commands building kernel source file `source` (``-`` for stdin) into shared object `output`."""
+        if not self.link_command():
+            return [self._command(source, output, KERNEL_LINK_FLAGS)]
+        return [self._command(source, output + ".o", ("-c",)), self._linked(output + ".o", output)]
+
+    def _run(self, src: str, commands: list[list[str]], out: str) -> bytes:
         try:
-            proc = subprocess.run(self._command("-", out, link), input=src.encode(), capture_output=True, timeout=600)
-            if proc.returncode != 0:
-                stderr = proc.stderr.decode(errors="replace")
-                raise CompileError(format_compile_error(os.path.basename(self.cc), src, stderr))
+            for command in commands:
+                stdin = src.encode() if "-" in command else None
+                proc = subprocess.run(command, input=stdin, capture_output=True, timeout=600)
+                if proc.returncode != 0:
+                    stderr = proc.stderr.decode(errors="replace")
+                    raise CompileError(format_compile_error(os.path.basename(command[0]), src, stderr))
             with open(out, "rb") as file:
                 return file.read()
         except (OSError, subprocess.SubprocessError) as error:
             raise CompileError(f"CLANG: running {self.cc} failed: {error}") from error
         finally:
-            try:
-                os.unlink(out)
-            except OSError:
-                pass
+            for path in (out, out + ".o"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     def compile(self, src: str) -> bytes:
         """C source of one or more kernels to the bytes of a shared object (raises `CompileError`)."""
-        return self._run(src, KERNEL_LINK_FLAGS)
+        out = scratch_path(".so")
+        return self._run(src, self._kernel_commands("-", out), out)
 
     def compile_runtime_library(self, src: str) -> bytes:
         """Build a library that links libc and pthreads (the thread pool), through the disk cache."""
         key = self.cache_key("runtime-library\n" + " ".join(LIBRARY_LINK_FLAGS) + "\n" + src)
         lib = disk_get(f"compile_{self.cachekey}", key)
         if lib is None:
-            lib = self._run(src, LIBRARY_LINK_FLAGS)
+            out = scratch_path(".so")
+            lib = self._run(src, [self._command("-", out, LIBRARY_LINK_FLAGS)], out)
             disk_put(f"compile_{self.cachekey}", key, lib)
         return lib
 
@@ -182,31 +282,32 @@ class ClangCompiler(Compiler):
             base = scratch_path(f"_g{len(procs)}")
             with open(base + ".c", "w") as file:
                 file.write(joined)
+            commands = self._kernel_commands(base + ".c", base + ".so")
             err = open(base + ".err", "wb")
             try:
-                proc = subprocess.Popen(
-                    self._command(base + ".c", base + ".so", KERNEL_LINK_FLAGS),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                )
+                proc = subprocess.Popen(commands[0], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
             except OSError as error:
                 err.close()
                 raise CompileError(f"CLANG: running {self.cc} failed: {error}") from error
-            procs.append((members, base, proc, err))
-        for members, base, proc, err in procs:
+            procs.append((members, base, proc, err, commands[1:]))
+        for members, base, proc, err, rest in procs:
             proc.wait()
             err.close()
             try:
-                if proc.returncode == 0:
+                ok = proc.returncode == 0
+                for command in rest if ok else ():
+                    ok = subprocess.run(command, capture_output=True, timeout=600).returncode == 0
+                if ok:
                     with open(base + ".so", "rb") as file:
                         lib = file.read()
                     for i in members:
                         results[i] = lib
                 else:
                     failed.append(members)
+            except (OSError, subprocess.SubprocessError):
+                failed.append(members)
             finally:
-                for ext in (".c", ".so", ".err"):
+                for ext in (".c", ".so", ".so.o", ".err"):
                     try:
                         os.unlink(base + ext)
                     except OSError:
@@ -236,24 +337,6 @@ class ClangCompiler(Compiler):
             sizes[target] += len(srcs[i])
             names[target].add(found[0])
         return [g for g in groups if g] + singles
-
-    def compile_cached_many(self, srcs: Sequence[str]) -> list[bytes]:
-        """`compile_many` through the disk cache: hits are read, the misses are built in one batch and stored."""
-        srcs = list(srcs)
-        table = f"compile_{self.cachekey}"
-        keys = [self.cache_key(s) for s in srcs]
-        libs: list[bytes | None] = [disk_get(table, k) for k in keys]
-        missing: dict[str, list[int]] = {}
-        for i, lib in enumerate(libs):
-            if lib is None:
-                missing.setdefault(srcs[i], []).append(i)
-        if missing:
-            built = self.compile_many(list(missing))
-            for positions, lib in zip(missing.values(), built):
-                disk_put(table, keys[positions[0]], lib)
-                for i in positions:
-                    libs[i] = lib
-        return [lib for lib in libs if lib is not None]
 
     def disassemble(self, lib: bytes) -> str:
         """``objdump -d`` of a compiled library (for ``DEBUG>=6``)."""

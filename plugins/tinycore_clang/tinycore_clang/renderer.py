@@ -37,6 +37,7 @@ Semantics (what the reference device computes):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from typing import Any
 from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
 from tinycore.renderer import Renderer
 from tinycore.uop.ops import GroupOp, Ops, UOp
-from tinycore_clang.toolchain import default_thread_count
+from tinycore_clang.toolchain import cpuinfo_flags, default_thread_count
 
 ABI_VERSION = 1
 KERNEL_MARKER = "// tinycore-clang kernel "
@@ -129,6 +130,19 @@ PRELUDE_FMA = r"""#ifndef TC_FMA_1
 #endif
 #endif
 """
+PRELUDE_NT = r"""#ifndef TC_NT_1
+#define TC_NT_1
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define TC_NT_STORE(T, p, v, n) do { if ((((unsigned long long)(p)) & ((n) - 1)) == 0) \
+  __builtin_nontemporal_store((v), (T*)(p)); else __builtin_memcpy((p), &(v), (n)); } while (0)
+#define TC_NT_FENCE() __builtin_ia32_sfence()
+#else
+#define TC_NT_STORE(T, p, v, n) __builtin_memcpy((p), &(v), (n))
+#define TC_NT_FENCE() ((void)0)
+#endif
+#endif
+"""
+NT_STORE_MIN_BYTES = 16 << 20  # vector stores into outputs at least this large bypass the caches (streaming)
 
 # C scalar type names and the names used inside vector typedefs
 _CTYPES: dict[DType, str] = {
@@ -175,6 +189,13 @@ class ClangRenderError(ValueError):
     """A linearized program the C renderer can't express (names the uop and why)."""
 
 
+@functools.cache
+def host_vector_bytes() -> int:
+    """Bytes of this CPU's widest vector registers that ``-march=native`` code uses: 64 (AVX-512F), 32 (AVX), 16."""
+    flags = set(cpuinfo_flags().split())
+    return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+
+
 def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
@@ -190,7 +211,9 @@ class ClangRenderer(Renderer):
 
     `arch` is the CPU target handed to the compiler (None: ``-march=native``); rendering doesn't depend on it.
     `threads` is how many CPU threads a ``core_id`` split should use (``THREADS`` or the CPU count). Picklable as
-    ``(family, arch)`` like every renderer.
+    ``(family, arch)`` like every renderer. `vector_bytes` is the host's vector register width when compiling for
+    it (64 with AVX-512, 32 with AVX, else 16; 32 for an explicit `arch`); `gemm_panel_bytes` (two vector
+    registers) asks the frontend to repack a large matmul's right operand into panels one register tile wide.
 
     >>> r = ClangRenderer()
     >>> r.has_local, r.has_shared, "SQRT" in r.native_ops, "EXP2" in r.native_ops
@@ -220,6 +243,8 @@ class ClangRenderer(Renderer):
     def __init__(self, arch: str | None = None, threads: int | None = None):
         self.arch = arch
         self.threads = threads if threads is not None else default_thread_count()
+        self.vector_bytes = host_vector_bytes() if arch is None else 32
+        self.gemm_panel_bytes = 2 * self.vector_bytes
 
     # ----- public helpers -----
     @staticmethod
@@ -306,6 +331,7 @@ class _KernelWriter:
                 self.uses[s] = self.uses.get(s, 0) + 1
         self.index_only = self._index_only_values()
         self.core_id: UOp | None = None
+        self.streaming = False  # a non-temporal store was emitted: the kernel ends with a store fence
 
     # ----- analysis -----
     def _index_only_values(self) -> set[UOp]:
@@ -433,6 +459,8 @@ class _KernelWriter:
         while self.depth > 1:  # tolerate a program whose last ENDs were dropped
             self.depth -= 1
             self.emit("}")
+        if self.streaming:  # streaming stores are weakly ordered: make them visible before the launch returns
+            self.emit("TC_NT_FENCE();")
         body = "\n".join(self.lines)
         used = {u.dtype.scalar() for u in self.uops} | {
             u.dtype.base.scalar() for u in self.uops if isinstance(u.dtype, PtrDType)
@@ -440,6 +468,7 @@ class _KernelWriter:
         preludes = [PRELUDE_HALF] if dtypes.float16 in used else []
         preludes += [PRELUDE_BF16] if dtypes.bfloat16 in used else []
         preludes += [PRELUDE_FMA] if any(u.op is Ops.MULACC for u in self.uops) else []
+        preludes += [PRELUDE_NT] if self.streaming else []
         header = [f"{KERNEL_MARKER}{self.name}", *(p.rstrip("\n") for p in preludes), *self.vec_types.values()]
         signature = ", ".join(params) if params else "void"
         info = f"tc{ABI_VERSION} bufs={nbufs} vars={letters} cores={cores}"
@@ -633,10 +662,28 @@ class _KernelWriter:
         if value.dtype.count > 1 or _needs_memcpy(target.dtype, value.dtype):
             tmp = self.fresh("st")
             nbytes = value.dtype.count * value.dtype.scalar().itemsize
-            stmt = f"{{ {self.ctype(value.dtype)} {tmp} = {val}; __builtin_memcpy({ptr}, &{tmp}, {nbytes}); }}"
+            vtype = self.ctype(value.dtype)
+            if gate is None and self._streams(target, value):
+                self.streaming = True
+                stmt = f"{{ {vtype} {tmp} = {val}; TC_NT_STORE({vtype}, {ptr}, {tmp}, {nbytes}); }}"
+            else:
+                stmt = f"{{ {vtype} {tmp} = {val}; __builtin_memcpy({ptr}, &{tmp}, {nbytes}); }}"
         else:
             stmt = f"*{ptr} = {val};"
         self.emit(f"if ({self.exprs[gate]}) {stmt}" if gate is not None else stmt)
+
+    @staticmethod
+    def _streams(target: UOp, value: UOp) -> bool:
+        """A whole-vector (power-of-two size, 16 bytes or more) store into a global buffer of at least
+        `NT_STORE_MIN_BYTES`: written once and far larger than the caches, so it bypasses them (no read of the
+        destination's lines first, no eviction of the inputs)."""
+        root = _root_buffer(target)
+        nbytes = value.dtype.count * value.dtype.scalar().itemsize
+        if root is None or root.op is not Ops.DEFINE_GLOBAL or not isinstance(root.dtype, PtrDType):
+            return False
+        if value.dtype.count != _next_pow2(value.dtype.count) or nbytes < 16:
+            return False
+        return root.dtype.size * root.dtype.base.itemsize >= NT_STORE_MIN_BYTES
 
     # ----- elementwise -----
     def lanewise(self, u: UOp, scalar: Callable[[list[str], DType, list[DType]], str]) -> str:

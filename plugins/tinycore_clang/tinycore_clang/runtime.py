@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,7 +175,10 @@ class ClangProgram:
                 f"CLANG kernel {self.name} takes {self.nbufs} buffers and {self.nvars} variables, "
                 f"got {len(bufs)} and {len(vals)}"
             )
-        ptrs = self._pointers(bufs)
+        try:  # inlined `_pointers`: this runs on every eager kernel launch
+            ptrs = [b.ptr for b in bufs]
+        except AttributeError:
+            ptrs = self._pointers(bufs)
         if not self.threaded:
             if wait:
                 start = time.perf_counter()
@@ -187,6 +191,26 @@ class ClangProgram:
         start = time.perf_counter()
         pool.run(self.entry, self._buf_array(*ptrs), self._val_array(*vals), ntasks, int(self.device.threads))
         return time.perf_counter() - start if wait else None
+
+    def launcher(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, vals: tuple[int, ...]
+    ) -> Callable[..., None] | None:
+        """Optional fast path that core's eager realize uses when a Program offers it: a callable running this
+        kernel on buffer handles with these launch dims and variable values fixed, the same as
+        ``self(*bufs, global_size=, local_size=, vals=, wait=False)`` without the per-call argument handling.
+        None for a kernel on the thread pool (it keeps the general call)."""
+        if self.threaded or len(vals) != self.nvars:
+            return None
+        fn, pointers = self.fn, self._pointers
+
+        def launch(*bufs: Any) -> None:
+            try:
+                ptrs = [b.ptr for b in bufs]
+            except AttributeError:  # raw addresses
+                ptrs = pointers(bufs)
+            fn(*ptrs, *vals)
+
+        return launch
 
     def _get_pool(self) -> Any:
         from tinycore_clang.threadpool import get_pool

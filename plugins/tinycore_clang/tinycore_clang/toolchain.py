@@ -2,7 +2,8 @@
 
 Light by contract (stdlib only, nothing runs at import): the probe calls `find_compiler`, which only looks at the
 environment and ``PATH``. The facts that need a subprocess (`compiler_version`, `read_cpu_features`) run at most once
-per process and compiler, when the first kernel is compiled or ``tinycore plugins -v`` asks.
+per process and compiler, when the first kernel is compiled or ``tinycore plugins -v`` asks; the compiler keeps
+them in the disk cache under `compiler_stamp` and `machine_identity`, so a later process runs no subprocess.
 
 Compiler choice: ``CC`` when set (a name looked up on ``PATH`` or a path), else ``clang``, else ``gcc``, else ``cc``.
 
@@ -161,6 +162,35 @@ def read_cpu_features(cc: str, flags: tuple[str, ...]) -> str:
         result = "cpuinfo: " + cpuinfo_flags()
     _FEATURES[key] = result
     return result
+
+
+# Environment variables that change what the compiler driver runs or which compiler libraries load.
+TOOLCHAIN_ENV_KNOBS = ("CCC_OVERRIDE_OPTIONS", "COMPILER_PATH", "GCC_EXEC_PREFIX", "LD_LIBRARY_PATH", "LD_PRELOAD")
+
+
+def compiler_stamp(cc: str) -> list[str] | None:
+    """What identifies an installed compiler without running it: its resolved path, size and modification time,
+    and the `TOOLCHAIN_ENV_KNOBS` that are set; None when the executable can't be found. A reinstalled or upgraded
+    compiler gets a new stamp, so facts cached under the old one (version, resolved target, link command) are read
+    again from the compiler.
+
+    >>> compiler_stamp("/surely/not/there/cc") is None
+    True
+    """
+    real = os.path.realpath(cc)
+    try:
+        info = os.stat(real)
+    except OSError:
+        return None
+    knobs = [f"{name}={os.environ[name]}" for name in TOOLCHAIN_ENV_KNOBS if os.environ.get(name)]
+    return [real, str(info.st_size), str(info.st_mtime_ns), *knobs]
+
+
+@functools.cache
+def machine_identity() -> str:
+    """The CPU model and feature flags from ``/proc/cpuinfo``: facts about ``-march=native`` cached on disk are
+    only reused on a machine with the same identity (a cache folder may be shared between machines)."""
+    return f"{cpu_model()} | {cpuinfo_flags()}"
 
 
 def cpu_count() -> int:
