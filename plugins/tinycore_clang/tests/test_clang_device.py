@@ -200,3 +200,24 @@ def test_clang_is_the_default_device_when_a_compiler_exists(registry):
     code = "from tinycore.plugin.registry import Device; print(Device.DEFAULT)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.strip() == "CLANG", proc.stderr
+
+
+def test_doctor_notes_that_gcc_builds_slower_kernels(registry):
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    from tinycore_clang.doctor import SLOW_COMPILER_NOTE
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DEV", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinycore", "doctor", "CLANG"],
+        capture_output=True,
+        text=True,
+        env={**env, "CC": "gcc"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gcc: 1 kernel compiled" in proc.stdout and SLOW_COMPILER_NOTE in proc.stdout
+    if shutil.which("clang") is not None:
+        assert SLOW_COMPILER_NOTE not in _tinycore("doctor", "CLANG").stdout
