@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -124,4 +124,56 @@ test_devices.__test__ = False  # a helper, not a test
 @pytest.fixture(params=test_devices())
 def device(request: pytest.FixtureRequest) -> str:
     """Each device of :func:`test_devices` in turn (op-parity tests run on every installed device)."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def clang():
+    """The CLANG device (skips, naming why, when the plugin or a C compiler is missing)."""
+    from tinycore.device import Device
+
+    try:
+        dev = Device["CLANG"]
+        dev.compiler  # noqa: B018 - opening the compiler is the check
+    except Exception as error:  # noqa: BLE001
+        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
+    return dev
+
+
+@pytest.fixture
+def python_default_device() -> Iterator[None]:
+    """Make PYTHON the default device for one test (restored afterwards)."""
+    from tinycore.device import Device
+
+    saved = Device.DEFAULT
+    Device.DEFAULT = "PYTHON"
+    try:
+        yield
+    finally:
+        Device.DEFAULT = saved
+
+
+def _clang_pair_available() -> bool:
+    try:
+        from tinycore.device import Device
+
+        Device["CLANG"]
+        Device["CLANG:1"]
+        return True
+    except Exception:  # noqa: BLE001 - any failure to open means "not here"
+        return False
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("PYTHON:0", "PYTHON:1"), id="python"),
+        pytest.param(
+            ("CLANG:0", "CLANG:1"),
+            id="clang",
+            marks=pytest.mark.skipif(not _clang_pair_available(), reason="no C compiler / tinycore-clang plugin"),
+        ),
+    ]
+)
+def devs(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A pair of devices of one family (multi-device tests)."""
     return request.param

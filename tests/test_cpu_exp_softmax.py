@@ -18,16 +18,6 @@ from tinycore.uop.ops import Ops, UOp
 EXP2_F32_ULP_BOUND = 1.08  # the bound tests/test_decompositions.py holds the unfused float32 exp2 to
 
 
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
-
-
 def exp2_on(device: str, xs: np.ndarray) -> tuple[np.ndarray, object]:
     n = xs.size
     out, inp = UOp.define_global(0, dtypes.float32, n), UOp.define_global(1, dtypes.float32, n)

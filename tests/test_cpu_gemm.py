@@ -50,16 +50,6 @@ def run(ast: UOp, arrays: list[np.ndarray], opts, renderer=None, device: str = "
     return bufs[0].numpy(), p
 
 
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
-
-
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 

@@ -9,7 +9,7 @@ import pytest
 
 from tinycore.codegen import OptOps, get_kernel, get_program
 from tinycore.codegen.heuristic import hand_coded_optimizations
-from tinycore.device import Buffer, Device
+from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner
 from tinycore.runtime.python_device import PythonRenderer
@@ -50,16 +50,6 @@ def run(ast: UOp, arrays: list[np.ndarray], renderer, device: str, dt=dtypes.flo
     bufs += [Buffer(device, a.size, dt).copyin(np.ascontiguousarray(a).tobytes()) for a in arrays]
     CompiledRunner(p)(bufs, {})
     return bufs[0].numpy(), p
-
-
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:

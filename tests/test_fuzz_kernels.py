@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tinycore.codegen import KernelOptError, get_kernel, get_program
 from tinycore.codegen.search import actions
-from tinycore.device import Buffer, Device
+from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner
 from tinycore.runtime.python_device import PythonRenderer
@@ -184,16 +184,6 @@ FUZZ = settings(
 @given(data=st.data())
 def test_fuzz_python(renderer, data):
     fuzz_one(data, renderer, "PYTHON")
-
-
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
 
 
 @settings(

@@ -4,11 +4,10 @@ the right values."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tinycore.codegen import OptOps, get_kernel, get_program
 from tinycore.codegen.heuristic import hand_coded_optimizations, thread_count, vector_width
-from tinycore.device import Buffer, Device
+from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner
 from tinycore.helpers import Context
@@ -157,16 +156,6 @@ def test_heuristics_keep_opts_already_applied_and_noopt_disables_them():
     with Context(NOOPT=1):
         p = get_program(elementwise_ast(64, 64), PythonRenderer())
     assert p.local_size == (1, 1, 1) and not any(u.dtype.count > 1 for u in p.uops if u.op is Ops.LOAD)
-
-
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
 
 
 def test_clang_renderer_gets_cpu_opts(clang):

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tinycore.device import Buffer, Device
+from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine import memory
 from tinycore.engine.memory import ALIGNMENT, lower_bound, memory_planner, plan_lifetimes
 from tinycore.engine.schedule import ScheduleItem, buffer_of
 from tinycore.tensor import Tensor
 
-
-@pytest.fixture(autouse=True)
-def python_device() -> Iterator[None]:
-    saved = Device.DEFAULT
-    Device.DEFAULT = "PYTHON"
-    try:
-        yield
-    finally:
-        Device.DEFAULT = saved
+pytestmark = pytest.mark.usefixtures("python_default_device")
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

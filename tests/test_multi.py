@@ -19,32 +19,6 @@ from tinycore.uop.ops import Ops
 PY = ("PYTHON:0", "PYTHON:1")
 
 
-def _clang_available() -> bool:
-    try:
-        from tinycore.device import Device
-
-        Device["CLANG"]
-        Device["CLANG:1"]
-        return True
-    except Exception:
-        return False
-
-
-@pytest.fixture(
-    params=[
-        pytest.param(PY, id="python"),
-        pytest.param(
-            ("CLANG:0", "CLANG:1"),
-            id="clang",
-            marks=pytest.mark.skipif(not _clang_available(), reason="no C compiler"),
-        ),
-    ]
-)
-def devs(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """A pair of devices of one family."""
-    return request.param
-
-
 def _data(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 

@@ -8,37 +8,10 @@ Runs on `PYTHON:0` / `PYTHON:1`, and on `CLANG:0` / `CLANG:1` when the CLANG plu
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
-
-
-def _clang_available() -> bool:
-    try:
-        from tinycore.device import Device
-
-        Device["CLANG"]
-        Device["CLANG:1"]
-        return True
-    except Exception:
-        return False
-
-
-@pytest.fixture(
-    params=[
-        pytest.param(("PYTHON:0", "PYTHON:1"), id="python"),
-        pytest.param(
-            ("CLANG:0", "CLANG:1"),
-            id="clang",
-            marks=pytest.mark.skipif(not _clang_available(), reason="no C compiler / tinycore-clang plugin"),
-        ),
-    ]
-)
-def devs(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """A pair of devices of one family."""
-    return request.param
 
 
 def _canon(devs: tuple[str, ...]) -> tuple[str, ...]:

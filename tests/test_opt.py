@@ -252,16 +252,6 @@ def test_child_axes_order_lanes_like_memory():
 # ----- CLANG
 
 
-@pytest.fixture(scope="module")
-def clang():
-    try:
-        dev = Device["CLANG"]
-        dev.compiler  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"no C compiler (CLANG device unavailable: {type(error).__name__})")
-    return dev
-
-
 def test_clang_vector_code_matches_numpy(clang):
     m, k, n = 8, 16, 32
     a, b = np.random.randn(m, k).astype(np.float32), np.random.randn(k, n).astype(np.float32)

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tinycore.device import Device
 from tinycore.dtype import dtypes
 from tinycore.engine import schedule as sched
 from tinycore.engine.schedule import (
@@ -21,15 +18,7 @@ from tinycore.tensor import Tensor
 from tinycore.uop import patterns
 from tinycore.uop.ops import GroupOp, Ops, UOp, Variable
 
-
-@pytest.fixture(autouse=True)
-def python_device() -> Iterator[None]:
-    saved = Device.DEFAULT
-    Device.DEFAULT = "PYTHON"
-    try:
-        yield
-    finally:
-        Device.DEFAULT = saved
+pytestmark = pytest.mark.usefixtures("python_default_device")
 
 
 @pytest.fixture

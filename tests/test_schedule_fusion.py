@@ -4,13 +4,10 @@ no gradient graph, and an optimizer update reads its target's old contents witho
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
 
-from tinycore.device import Device
 from tinycore.engine.realize import run_schedule
 from tinycore.engine.schedule import ScheduleItem, buffer_of
 from tinycore.tensor import Tensor
@@ -18,13 +15,8 @@ from tinycore.uop.ops import Ops
 
 
 @pytest.fixture
-def python_default() -> Iterator[None]:
-    saved = Device.DEFAULT
-    Device.DEFAULT = "PYTHON"
-    try:
-        yield
-    finally:
-        Device.DEFAULT = saved
+def python_default(python_default_device: None) -> None:
+    """PYTHON as the default device for this test."""
 
 
 def _data(*shape: int, seed: int = 0) -> np.ndarray:
