@@ -686,6 +686,16 @@ _UNARY_FN = {
     Ops.SQRT: "np.sqrt",
     Ops.RECIP: "np.reciprocal",
 }
+# ops that are one call on all their operands
+_CALL_FN = {
+    Ops.MAX: "np.maximum",
+    Ops.SHL: "np.left_shift",
+    Ops.SHR: "np.right_shift",
+    Ops.POW: "np.power",
+    Ops.WHERE: "_where",
+    Ops.MULACC: "_mulacc",
+    Ops.THREEFRY: "_threefry",
+}
 
 
 def _alu_expr(u: UOp, a: list[str]) -> str:
@@ -713,20 +723,8 @@ def _alu_expr(u: UOp, a: list[str]) -> str:
         if x.vmin >= 0 and d.op is Ops.CONST and d.arg > 0:
             return f"({a[0]} % {a[1]})"
         return f"_imod({a[0]}, {a[1]})"
-    if op is Ops.MAX:
-        return f"np.maximum({a[0]}, {a[1]})"
-    if op is Ops.SHL:
-        return f"np.left_shift({a[0]}, {a[1]})"
-    if op is Ops.SHR:
-        return f"np.right_shift({a[0]}, {a[1]})"
-    if op is Ops.POW:
-        return f"np.power({a[0]}, {a[1]})"
-    if op is Ops.WHERE:
-        return f"_where({a[0]}, {a[1]}, {a[2]})"
-    if op is Ops.MULACC:
-        return f"_mulacc({a[0]}, {a[1]}, {a[2]})"
-    if op is Ops.THREEFRY:
-        return f"_threefry({a[0]}, {a[1]})"
+    if op in _CALL_FN:
+        return f"{_CALL_FN[op]}({', '.join(a)})"
     raise InterpreterError(f"the interpreter can't run {op}")
 
 
