@@ -9,7 +9,7 @@ import pytest
 
 import tinycore.device as device_module
 from tinycore.device import Buffer, BufferSpec, Compiled, LRUAllocator
-from tinycore.dtype import dtypes
+from tinycore.dtype import ALL_SCALARS, dtypes
 from tinycore.helpers import GlobalCounters
 from tinycore.runtime.python_device import PythonDevice
 
@@ -47,20 +47,7 @@ def devices(monkeypatch):
     getenv.cache_clear()
 
 
-ROUND_TRIP_DTYPES = [
-    dtypes.bool,
-    dtypes.int8,
-    dtypes.uint8,
-    dtypes.int16,
-    dtypes.uint16,
-    dtypes.int32,
-    dtypes.uint32,
-    dtypes.int64,
-    dtypes.uint64,
-    dtypes.float16,
-    dtypes.float32,
-    dtypes.float64,
-]
+ROUND_TRIP_DTYPES = [dtype for dtype in ALL_SCALARS if dtype.fmt is not None]  # numpy holds each of them
 
 
 @pytest.mark.parametrize("device", ["PYTHON", "PLAIN"])

@@ -323,13 +323,18 @@ class _Global:
     def _wid(self, shape: tuple) -> Any:
         return np.broadcast_to(self.launch.wid, shape)
 
-    def _track_read(self, idx: Any, act: Any) -> None:
+    def _accesses(self, idx: Any, act: Any) -> tuple[Any, Any]:
+        """The indices accessed by the active work-items, and those work-items' ids."""
         idx = np.asarray(idx)
         wid = self._wid(np.broadcast_shapes(idx.shape, self.launch.wid.shape))
         idx = np.broadcast_to(idx, wid.shape)
         if act is not None:
             act = np.broadcast_to(act, wid.shape)
             idx, wid = idx[act], wid[act]
+        return idx, wid
+
+    def _track_read(self, idx: Any, act: Any) -> None:
+        idx, wid = self._accesses(idx, act)
         w = self.writer[idx]
         grp = -(2 + wid // self.launch.L)
         bad = (w >= 0) & (w != wid) | (w <= -2) & (w != grp)
@@ -341,12 +346,7 @@ class _Global:
             )
 
     def _track_write(self, idx: Any, act: Any) -> None:
-        idx = np.asarray(idx)
-        wid = self._wid(np.broadcast_shapes(idx.shape, self.launch.wid.shape))
-        idx = np.broadcast_to(idx, wid.shape)
-        if act is not None:
-            act = np.broadcast_to(act, wid.shape)
-            idx, wid = idx[act], wid[act]
+        idx, wid = self._accesses(idx, act)
         self.writer[idx] = wid
 
     def barrier(self) -> None:
