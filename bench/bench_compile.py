@@ -275,7 +275,8 @@ def _mlp_child(device: str, what: str) -> None:
     from tinycore.device import Device
 
     if what == "seed":  # what a machine that ran tinycore before has in its cache, besides kernels
-        compiler = Device[device].compiler
+        compiler = getattr(Device[device], "host_compiler", None) or Device[device].compiler
+        Device[device].compiler.cache_key_parts()
         compiler.cache_key_parts()
         for name in ("link_command",):
             if hasattr(compiler, name):

@@ -4,7 +4,8 @@ compiler batches, overlapped with lowering), the `Compiler` batch API (`compile_
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -109,6 +110,79 @@ def test_with_overlap_the_first_kernel_compiles_alone_and_the_rest_in_one_batch(
     assert len(asts) == 4
     built = _build_batched("PYTHON", Device["PYTHON"], asts, overlap=True)
     assert batching.singles == 1 and batching.batches_seen == [3] and len(built) == 4  # 2 compiler calls, not 4
+
+
+class StreamingCompiler(BatchingCompiler):
+    """A `BatchingCompiler` that `streams`: records, for each source it pulls, how many kernels were rendered."""
+
+    streams = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rendered = 0
+        self.arrivals: list[int] = []
+        self.first_arrived = threading.Event()
+
+    def compile_many(self, srcs: Iterable[str]) -> list[bytes]:
+        """Pull the sources one by one, noting how far rendering had got when each arrived."""
+        libs = []
+        for src in srcs:
+            self.arrivals.append(self.rendered)
+            self.first_arrived.set()
+            libs.append(PythonCompiler.compile(self, src))
+        self.batches_seen.append(len(libs))
+        return libs
+
+
+def test_a_streaming_compiler_starts_before_the_last_kernel_is_rendered(monkeypatch) -> None:
+    from tinycore.engine import exec_item
+
+    compiler = StreamingCompiler()
+    real_render = exec_item.render_program
+
+    def counting_render(renderer, spec):  # the second kernel waits until the compiler has the first one
+        if compiler.rendered == 1:
+            assert compiler.first_arrived.wait(10), "the compiler got nothing before rendering finished"
+        compiler.rendered += 1
+        return real_render(renderer, spec)
+
+    monkeypatch.setattr(exec_item, "render_program", counting_render)
+    dev = Device["PYTHON"]
+    monkeypatch.setattr(dev, "compiler", compiler)
+    outs, refs = _three_kernels()
+    items, _ = outs[0].schedule_with_vars(*outs[1:])
+    asts = [si.ast for si in items if si.ast.op.name == "SINK"]
+    built = exec_item._build_batched("PYTHON", dev, asts, overlap=True)
+    assert len(built) == 3 and compiler.batches_seen == [3] and compiler.singles == 0
+    assert compiler.arrivals[0] == 1  # the first source arrived while the other kernels were still unrendered
+
+
+def test_compile_stream_serves_hits_and_builds_duplicates_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
+    built: list[str] = []
+
+    class Upper(Compiler):
+        streams = True
+
+        def compile(self, src: str) -> bytes:
+            built.append(src)
+            return src.upper().encode()
+
+    upper = Upper("upper_stream_test")
+    assert upper.compile_stream(iter(["a", "b", "a"])) == [b"A", b"B", b"A"]
+    assert built == ["a", "b"]
+    assert upper.compile_stream(iter(["b", "c"])) == [b"B", b"C"] and built == ["a", "b", "c"]  # "b" from disk
+
+
+def test_a_stream_compiler_returning_too_few_binaries_is_an_error() -> None:
+    class Short(Compiler):
+        streams = True
+
+        def compile_many(self, srcs: Iterable[str]) -> list[bytes]:
+            return [src.encode() for src in srcs][:-1]
+
+    with pytest.raises(CompileError, match="one bytes object per source"):
+        Short(None).compile_stream(iter(["a", "b"]))
 
 
 def test_failed_batch_falls_back_to_one_by_one(batching: BatchingCompiler) -> None:

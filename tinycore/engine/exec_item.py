@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -148,11 +148,10 @@ def build_kernel_runners(
 def _build_batched(device: str, dev: Compiled, asts: list[UOp], overlap: bool) -> dict[KernelKey, CompiledRunner]:
     from concurrent.futures import ThreadPoolExecutor  # here: importing it costs more than a small realize
 
-    from tinycore.codegen import get_program
-    from tinycore.errors import CompileError
-
     compiler, renderer = dev.compiler, dev.renderer
     assert compiler is not None and renderer is not None
+    if compiler.streams and overlap:
+        return _build_streamed(device, compiler, renderer, asts)
     batches: list[tuple[list[tuple[UOp, ProgramSpec]], Future[list[bytes]]]] = []
     pending: list[tuple[UOp, ProgramSpec]] = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinycore-compile") as pool:
@@ -162,23 +161,66 @@ def _build_batched(device: str, dev: Compiled, asts: list[UOp], overlap: bool) -
             pending.clear()
             batches.append((batch, pool.submit(_compile_specs, compiler, [spec for _, spec in batch])))
 
-        for ast in asts:
-            if DEBUG >= 5:
-                print(f"kernel AST for {device}:\n{ast}")
-            try:
-                spec = get_program(ast, renderer)
-            except Exception:  # noqa: BLE001 - the one-by-one path raises it again, at its item
-                break
-            if spec.device != device:
-                spec = replace(spec, device=device)
-            spec = replace(spec, src=render_program(renderer, spec))
-            if DEBUG >= 4:
-                print(spec.src)
+        for ast, spec in _rendered(device, renderer, asts):
             pending.append((ast, spec))
             if overlap and not batches:  # the first kernel compiles while the rest lower; they form one batch
                 submit()
         if pending:
             submit()
+    return _runners(device, batches)
+
+
+def _build_streamed(
+    device: str, compiler: Compiler, renderer: Renderer, asts: list[UOp]
+) -> dict[KernelKey, CompiledRunner]:
+    """One `Compiler.compile_stream` call fed each source as soon as it is rendered (a compiler that `streams`
+    compiles on its own threads while this thread lowers the next kernel)."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    sources: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def stream() -> Iterator[str]:
+        while (src := sources.get()) is not None:
+            yield src
+
+    done: list[tuple[UOp, ProgramSpec]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinycore-compile") as pool:
+        future = pool.submit(compiler.compile_stream, stream())
+        try:
+            for ast, spec in _rendered(device, renderer, asts):
+                done.append((ast, spec))
+                sources.put(spec.src)
+        finally:
+            sources.put(None)
+    return _runners(device, [(done, future)])
+
+
+def _rendered(device: str, renderer: Renderer, asts: list[UOp]) -> Iterator[tuple[UOp, ProgramSpec]]:
+    """Lower and render `asts` in order; stops at the first kernel that fails (the one-by-one path raises it)."""
+    from tinycore.codegen import get_program
+
+    for ast in asts:
+        if DEBUG >= 5:
+            print(f"kernel AST for {device}:\n{ast}")
+        try:
+            spec = get_program(ast, renderer)
+        except Exception:  # noqa: BLE001 - the one-by-one path raises it again, at its item
+            return
+        if spec.device != device:
+            spec = replace(spec, device=device)
+        spec = replace(spec, src=render_program(renderer, spec))
+        if DEBUG >= 4:
+            print(spec.src)
+        yield ast, spec
+
+
+def _runners(
+    device: str, batches: list[tuple[list[tuple[UOp, ProgramSpec]], Future[list[bytes]]]]
+) -> dict[KernelKey, CompiledRunner]:
+    """Runners of the batches whose compile succeeded (a failed batch is left to the one-by-one path)."""
+    from tinycore.errors import CompileError
+
     built: dict[KernelKey, CompiledRunner] = {}
     for batch, future in batches:
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from tinycore.runtime.disk_cache import disk_get, disk_put
 
@@ -29,6 +29,10 @@ class Compiler:
     `tinycore.errors.CompileError` with the compiler's message on failure, and override `cache_key_parts`
     (compute expensive parts once, in ``__init__``: it is consulted on every `compile_cached`).
     """
+
+    # True when `compile_many` starts on each source as its iterable yields it (an in-process compiler with worker
+    # threads): callers then hand it a stream of sources while they are still producing them (see `compile_stream`).
+    streams: bool = False
 
     def __init__(self, cachekey: str | None = None):
         self.cachekey = cachekey
@@ -62,7 +66,9 @@ class Compiler:
     def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
         """Compile several sources: one binary per source, in order (a binary may hold other sources' code too).
         This default compiles them one by one; a compiler that can do better (one process for several sources,
-        processes in parallel) overrides it, which makes `batches` True."""
+        processes in parallel) overrides it, which makes `batches` True. A compiler with `streams` may be given
+        any iterable (a stream that yields sources while they are being rendered) and should start on each source
+        as soon as it arrives."""
         return [self.compile(src) for src in srcs]
 
     @property
@@ -91,18 +97,53 @@ class Compiler:
                     libs[i] = built
         return [lib for lib in libs if lib is not None]
 
-    def _checked_many(self, srcs: list[str]) -> list[bytes]:
+    def compile_stream(self, srcs: Iterable[str]) -> list[bytes]:
+        """`compile_cached_many` for sources that are still being produced: each one is looked up in the disk cache
+        when it arrives and the misses are passed on, as they arrive, to `compile_many` (which a compiler with
+        `streams` consumes lazily, compiling while the producer renders the next source). Returns one binary per
+        source, in order. A compiler without `streams` gets the misses as one list at the end."""
+        table = f"compile_{self.cachekey}" if self.cachekey is not None else None
+        libs: list[bytes | None] = []
+        misses: dict[str, list[int]] = {}
+        keys: dict[str, str] = {}
+
+        def missing() -> Iterator[str]:
+            for src in srcs:
+                libs.append(None)
+                if src in misses:  # the same source twice: built once
+                    misses[src].append(len(libs) - 1)
+                    continue
+                if table is not None:
+                    keys[src] = self.cache_key(src)
+                    lib = disk_get(table, keys[src])
+                    if lib is not None:
+                        libs[-1] = lib
+                        continue
+                misses[src] = [len(libs) - 1]
+                yield src
+
+        built = self._checked_many(missing() if self.streams else list(missing()))
+        for (src, positions), lib in zip(misses.items(), built):
+            if table is not None:
+                disk_put(table, keys[src], lib)
+            for i in positions:
+                libs[i] = lib
+        return [lib for lib in libs if lib is not None]
+
+    def _checked_many(self, srcs: Iterable[str]) -> list[bytes]:
         from tinycore.errors import CompileError
 
-        if len(srcs) == 1:
+        if isinstance(srcs, list) and len(srcs) == 1:
             return [self._compile_checked(srcs[0])]
+        counted: list[str] = []
         try:
-            libs = self.compile_many(srcs)
+            libs = self.compile_many(srcs if isinstance(srcs, list) else _counting(srcs, counted))
         except (CompileError, NotImplementedError):
             raise
         except Exception as error:
             raise CompileError(f"{type(self).__name__} failed: {type(error).__name__}: {error}") from error
-        if len(libs) != len(srcs) or not all(isinstance(lib, (bytes, bytearray)) for lib in libs):
+        expected = len(srcs) if isinstance(srcs, list) else len(counted)
+        if len(libs) != expected or not all(isinstance(lib, (bytes, bytearray)) for lib in libs):
             raise CompileError(f"{type(self).__name__}.compile_many must return one bytes object per source")
         return [bytes(lib) for lib in libs]
 
@@ -125,3 +166,10 @@ class Compiler:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} cachekey={self.cachekey!r}>"
+
+
+def _counting(srcs: Iterable[str], seen: list[str]) -> Iterator[str]:
+    """`srcs`, remembering what was handed out (to check a streaming `compile_many` returned one binary each)."""
+    for src in srcs:
+        seen.append(src)
+        yield src

@@ -1,4 +1,15 @@
-"""`ClangDevice`: the ``CLANG`` device (alias ``CPU``): C kernels compiled by the system compiler, run on the host.
+"""`ClangDevice`: the ``CLANG`` device (alias ``CPU``): kernels compiled for the host CPU and run on it.
+
+Two backends, picked by ``CLANG_BACKEND`` (`BACKEND_ENV`) when the device is opened:
+
+- ``c`` (default): kernels rendered to C (`tinycore_clang.renderer.ClangRenderer`) and compiled by the system C
+  compiler in a subprocess (`tinycore_clang.compiler.ClangCompiler`);
+- ``llvm``: kernels rendered to LLVM IR (`tinycore_clang.llvm_renderer.LLVMRenderer`) and compiled in-process by
+  the system's libLLVM (`tinycore_clang.llvm_compiler.LLVMCompiler`): no compiler process per kernel, so a new
+  kernel is ready in milliseconds. Needs ``libLLVM`` (>= 14) and a linker (``ld``).
+
+Both produce the same kernel ABI, so the allocator, programs, thread pool and graph runner are shared. The thread
+pool library (compiled once per machine and cached) is always built by the C compiler: `host_compiler`.
 
 ``ClangDevice("CLANG")`` and ``ClangDevice("CLANG:1")`` are separate devices with separate memory (copies between
 them are ``memmove``). Opening a device compiles nothing and runs no subprocess: the compiler's version and target
@@ -7,19 +18,38 @@ are read when the first kernel is compiled, the thread pool library is built whe
 
 from __future__ import annotations
 
+import os
+
 from tinycore.device import Compiled
 from tinycore.dtype import ALL_SCALARS
-from tinycore.errors import DeviceUnavailableError
+from tinycore.errors import CompileError, DeviceUnavailableError
 from tinycore.plugin import DeviceCapabilities
 from tinycore_clang import __version__, toolchain
 from tinycore_clang.allocator import ClangAllocator
 from tinycore_clang.compiler import ClangCompiler
 from tinycore_clang.graph import ClangGraph
+from tinycore_clang.libllvm import INSTALL_HINT as LLVM_HINT
+from tinycore_clang.llvm_compiler import LLVMCompiler
 from tinycore_clang.renderer import ClangRenderer
 from tinycore_clang.runtime import ClangProgram
 
 FAMILY = "CLANG"
 DISTRIBUTION = "tinycore-clang"
+BACKEND_ENV = "CLANG_BACKEND"
+BACKENDS = ("c", "llvm")
+
+
+def backend_from_env(env: dict[str, str] | None = None) -> str:
+    """The backend ``CLANG_BACKEND`` asks for (``c`` when unset); a ValueError naming the choices otherwise.
+
+    >>> backend_from_env({}), backend_from_env({"CLANG_BACKEND": "LLVM"})
+    ('c', 'llvm')
+    """
+    environ = os.environ if env is None else env
+    value = environ.get(BACKEND_ENV, "").strip().lower() or BACKENDS[0]
+    if value not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
+    return value
 
 
 def clang_capabilities(threads: int | None = None) -> DeviceCapabilities:
@@ -35,10 +65,12 @@ class ClangDevice(Compiled):
     """The CLANG device ``CLANG`` or ``CLANG:n``.
 
     `threads` (``THREADS`` or the CPU count) is how many native threads a ``core_id`` kernel runs on; change it on
-    the object to affect later launches. `compiler_choice` records which C compiler was picked and why.
+    the object to affect later launches. `compiler_choice` records which C compiler was picked and why; `backend`
+    (argument, else ``CLANG_BACKEND``) is ``"c"`` or ``"llvm"`` (see the module docstring); `host_compiler` is the C
+    compiler that builds the thread pool library.
     """
 
-    def __init__(self, device: str = FAMILY):
+    def __init__(self, device: str = FAMILY, backend: str | None = None):
         if device.upper().partition(":")[0] != FAMILY:
             raise ValueError(f"ClangDevice is for {FAMILY} or {FAMILY}:n, not {device!r}")
         self.compiler_choice = toolchain.find_compiler()
@@ -51,8 +83,29 @@ class ClangDevice(Compiled):
                 version=__version__,
             )
         self.threads = toolchain.default_thread_count()
-        renderer = ClangRenderer(threads=self.threads)
-        compiler = ClangCompiler(cc=self.compiler_choice.path)
+        try:
+            self.backend = backend_from_env({BACKEND_ENV: backend} if backend is not None else None)
+        except ValueError as error:
+            raise DeviceUnavailableError(
+                str(error), fix=f"set {BACKEND_ENV} to c or llvm", device=device.upper(),
+                distribution=DISTRIBUTION, version=__version__,
+            ) from None  # fmt: skip
+        self.host_compiler = ClangCompiler(cc=self.compiler_choice.path)
+        renderer: ClangRenderer
+        compiler: ClangCompiler | LLVMCompiler
+        if self.backend == "llvm":
+            try:
+                compiler = LLVMCompiler()
+            except CompileError as error:
+                raise DeviceUnavailableError(
+                    f"{BACKEND_ENV}=llvm: {error}", fix=LLVM_HINT, device=device.upper(),
+                    distribution=DISTRIBUTION, version=__version__,
+                ) from None  # fmt: skip
+            from tinycore_clang.llvm_renderer import LLVMRenderer
+
+            renderer = LLVMRenderer(threads=self.threads)
+        else:
+            renderer, compiler = ClangRenderer(threads=self.threads), self.host_compiler
         super().__init__(
             device,
             ClangAllocator(),

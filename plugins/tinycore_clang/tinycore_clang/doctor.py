@@ -58,8 +58,9 @@ def smoke_test(ctx: Any) -> str:
         lib_threads = compiler.compile_cached(renderer.render(core_id_program(chunks, chunk), name="tc_doctor_cores"))
     except CompileError as error:
         raise CheckFailed(
-            f"the C compiler failed on a tiny kernel: {str(error).splitlines()[0]}",
-            "check that the compiler works (`$CC --version`), or pick another one with CC=gcc / CC=clang",
+            f"the kernel compiler failed on a tiny kernel: {str(error).splitlines()[0]}",
+            "check that the compiler works (`$CC --version`), or pick another one with CC=gcc / CC=clang "
+            "(with CLANG_BACKEND=llvm: TINYCORE_LLVM_LIB=/path/to/libLLVM-N.so, or CLANG_BACKEND=c)",
         ) from error
     out, inp = alloc.alloc(4 * n), alloc.alloc(4 * n)
     out_i = alloc.alloc(4 * chunks * chunk)
@@ -78,9 +79,14 @@ def smoke_test(ctx: Any) -> str:
     finally:
         for buf, size in ((out, 4 * n), (inp, 4 * n), (out_i, 4 * chunks * chunk)):
             alloc.free(buf, size)
-    name = compiler.cc.rsplit("/", 1)[-1]
+    if getattr(device, "backend", "c") == "llvm":
+        name = f"llvm backend, {compiler.library.path}"
+        note = ""
+    else:
+        name = compiler.cc.rsplit("/", 1)[-1]
+        note = "" if "clang" in name else f"; {SLOW_COMPILER_NOTE}"
     summary = f"{name}: 1 kernel compiled in {compile_ms:.0f} ms, ran; core_id kernel ran on {device.threads} thread(s)"
-    return summary + ("" if "clang" in name else f"; {SLOW_COMPILER_NOTE}")
+    return summary + note
 
 
 # gcc does not vectorize the per-lane vector code the renderer emits (measured: matmul 512 at 6 vs 135 GFLOPS)

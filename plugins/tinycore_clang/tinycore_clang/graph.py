@@ -1,16 +1,11 @@
 """`ClangGraph`: the CLANG device's JIT graph runner: a captured list of kernels replayed in **one** foreign call.
 
-On construction the runner generates one C function for the batch::
-
-    void tc_graph(void* const* fns, void** p, const long long* v, const int* nt, tc_batch_fn batch, int nthreads);
-
-It calls the kernels in capture order: a plain kernel through its typed entry point (``fns[k]`` cast to
-``void(void*, ..., int/long long ...)``, arguments read from the pointer table `p` and the value table `v`), and
-each run of consecutive threaded (``core_id``) kernels through the thread pool's ``tc_run_batch`` (`batch`, from
-`tinycore_clang.threadpool`), with the ``tc_item`` array built on the C stack, so the pool puts barriers only where
-needed. The function holds no addresses (kernels, buffers and values come in through the tables), so its source
-depends only on the batch's structure and its library is compiled once per machine through the compiler's disk
-cache.
+On construction the runner builds a table of ``tc_item`` entries (the thread pool's struct, see
+`tinycore_clang.threadpool`), one per kernel in capture order: the kernel's uniform entry point ``NAME_tc``, a
+pointer into the runner's buffer-pointer table, a pointer into its value table, and the number of core ids. A
+replay is one call of the runtime library's ``tc_run_graph``, which calls plain kernels directly on the calling
+thread and hands each run of consecutive threaded (``core_id``) kernels to ``tc_run_batch``, so the pool puts
+barriers only where needed. Nothing is generated or compiled per graph: capturing a JIT costs no compiler run.
 
 A replay patches the tables in place, only where something changed (`GraphUpdate`: input pointers, variable
 values, symbolic core counts), then makes the one call: a `functools.partial` of the foreign function with every
@@ -33,7 +28,7 @@ from tinycore.engine.graph import GraphRunner, GraphUpdate
 if TYPE_CHECKING:
     from tinycore.device import Buffer
 
-__all__ = ["ClangGraph", "GraphStats", "graph_stats", "render_graph"]
+__all__ = ["ClangGraph", "GraphStats", "graph_stats"]
 
 
 @dataclass
@@ -46,59 +41,6 @@ class GraphStats:
 
 graph_stats = GraphStats()
 
-_HEADER = """\
-typedef void (*tc_entry)(void* const* bufs, const long long* vals, int core_id);
-typedef struct { tc_entry fn; void* const* bufs; const long long* vals; int ntasks; int flags; } tc_item;
-typedef void (*tc_batch_fn)(const tc_item* items, int nitems, int nthreads);
-"""
-
-
-@dataclass(frozen=True)
-class KernelShape:
-    """What the generated code needs to know about one kernel: `nbufs`, variable kinds (``i``/``q``), `threaded`."""
-
-    nbufs: int
-    vars: str
-    threaded: bool
-
-
-def render_graph(kernels: list[KernelShape], name: str = "tc_graph") -> str:
-    """C source of the graph function calling `kernels` in order (see the module docstring).
-
-    >>> print(render_graph([KernelShape(2, "i", False)]).splitlines()[-2])
-      ((void (*)(void*, void*, int))fns[0])(p[0], p[1], (int)v[0]);
-    """
-    lines = [_HEADER, f"void {name}(void* const* fns, void** p, const long long* v, const int* nt, "
-             "tc_batch_fn batch, int nthreads) {"]  # fmt: skip
-    buf_off = var_off = 0
-    offsets = []
-    for k in kernels:
-        offsets.append((buf_off, var_off))
-        buf_off += k.nbufs
-        var_off += len(k.vars)
-    i = 0
-    while i < len(kernels):
-        k = kernels[i]
-        b, v = offsets[i]
-        if not k.threaded:
-            params = ["void*"] * k.nbufs + ["int" if kind == "i" else "long long" for kind in k.vars]
-            args = [f"p[{b + j}]" for j in range(k.nbufs)]
-            args += [f"(int)v[{v + j}]" if kind == "i" else f"v[{v + j}]" for j, kind in enumerate(k.vars)]
-            lines.append(f"  ((void (*)({', '.join(params) or 'void'}))fns[{i}])({', '.join(args)});")
-            i += 1
-            continue
-        run = i
-        while run < len(kernels) and kernels[run].threaded:
-            run += 1
-        entries = ", ".join(
-            f"{{(tc_entry)fns[{j}], (void* const*)(p + {offsets[j][0]}), v + {offsets[j][1]}, nt[{j}], 0}}"
-            for j in range(i, run)
-        )
-        lines.append(f"  {{ tc_item items[{run - i}] = {{{entries}}}; batch(items, {run - i}, nthreads); }}")
-        i = run
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
 
 def _ptr(buf: Buffer) -> int:
     """The raw address of an allocated CLANG buffer (its allocator handle is a `ClangMemory`)."""
@@ -109,7 +51,8 @@ def _ptr(buf: Buffer) -> int:
 class ClangGraph(GraphRunner):
     """``ClangGraph(device, items, input_slots, var_names)``: replay `items` (CLANG kernels) as one C call.
 
-    `submissions` counts the replays (each one foreign call); `src` is the generated C source, `lib` its binary.
+    `submissions` counts the replays (each one foreign call); `table` is the ``tc_item`` array passed to
+    ``tc_run_graph``, `ptrs`/`vals_table` the buffer-pointer and value tables its entries point into.
     """
 
     def __init__(
@@ -117,7 +60,7 @@ class ClangGraph(GraphRunner):
     ):
         super().__init__(device, items, input_slots, var_names)
         from tinycore.device import Device
-        from tinycore_clang.runtime import load_library
+        from tinycore_clang.threadpool import TcItem, get_pool
 
         self.device_obj = Device[device]
         self.programs: list[Any] = []
@@ -125,12 +68,7 @@ class ClangGraph(GraphRunner):
             runner = item.runner
             assert isinstance(runner, CompiledRunner)
             self.programs.append(self.device_obj.runtime(runner.p.function_name, runner.lib))
-        shapes = [KernelShape(prg.nbufs, prg.info.vars, prg.threaded) for prg in self.programs]
-        self.src = render_graph(shapes)
-        self.lib = self.device_obj.compiler.compile_cached(self.src)
-        self._fn = load_library(self.lib).tc_graph
-        self._fn.restype = None  # no argtypes: every call passes ready-made ctypes objects (see `_launcher`)
-        # the tables the generated code reads
+        # the tables the items point into
         self.buf_offsets: list[int] = []
         self.var_offsets: list[int] = []
         nbufs = nvars = 0
@@ -139,15 +77,17 @@ class ClangGraph(GraphRunner):
             self.var_offsets.append(nvars)
             nbufs += prg.nbufs
             nvars += prg.nvars
-        self.fns = (ctypes.c_void_p * max(1, len(self.programs)))(
-            *[prg.entry if prg.threaded else ctypes.cast(prg.fn, ctypes.c_void_p).value for prg in self.programs]
-        )
         self.ptrs = (ctypes.c_void_p * max(1, nbufs))()
         self.vals_table = (ctypes.c_int64 * max(1, nvars))()
-        self.ntasks = (ctypes.c_int * max(1, len(self.programs)))()
+        self.table = (TcItem * max(1, len(self.programs)))()
+        ptrs_at, vals_at = ctypes.addressof(self.ptrs), ctypes.addressof(self.vals_table)
         for index, (item, prg) in enumerate(zip(self.items, self.programs)):
             if len(item.bufs) != prg.nbufs:
                 raise ValueError(f"ClangGraph: item {index} has {len(item.bufs)} buffers, its kernel takes {prg.nbufs}")
+            entry = self.table[index]
+            entry.fn = prg.entry
+            entry.bufs = ptrs_at + self.buf_offsets[index] * ctypes.sizeof(ctypes.c_void_p)
+            entry.vals = vals_at + self.var_offsets[index] * ctypes.sizeof(ctypes.c_int64)
             for j, buf in enumerate(item.bufs):
                 if buf is not None and (index, j) not in self.input_slots:
                     self.ptrs[self.buf_offsets[index] + j] = _ptr(buf)
@@ -155,16 +95,12 @@ class ClangGraph(GraphRunner):
                 self.vals_table[self.var_offsets[index] + j] = value
             cores = prg.info.cores
             if cores > 0:
-                self.ntasks[index] = cores
+                entry.ntasks = cores
             elif cores < 0 and index in self.launch_dims:
-                self.ntasks[index] = int(self.launch_dims[index][0][0])
+                entry.ntasks = int(self.launch_dims[index][0][0])
             else:
-                self.ntasks[index] = 1
-        self._batch = None
-        if any(prg.threaded for prg in self.programs):
-            from tinycore_clang.threadpool import get_pool
-
-            self._batch = ctypes.cast(get_pool(self.device_obj.compiler).run_batch, ctypes.c_void_p).value
+                entry.ntasks = 1
+        self._fn = get_pool(self.device_obj.host_compiler).run_graph
         self._first = True
         self._launch: Any = None
         self._launch_threads = -1
@@ -176,8 +112,8 @@ class ClangGraph(GraphRunner):
         can change what is passed: the call is rebuilt when the device's `threads` changes)."""
         threads = int(self.device_obj.threads)
         if threads != self._launch_threads:
-            tables = [ctypes.c_void_p(ctypes.addressof(t)) for t in (self.fns, self.ptrs, self.vals_table, self.ntasks)]
-            self._launch = functools.partial(self._fn, *tables, ctypes.c_void_p(self._batch), ctypes.c_int(threads))
+            table = ctypes.c_void_p(ctypes.addressof(self.table))
+            self._launch = functools.partial(self._fn, table, ctypes.c_int(len(self.programs)), ctypes.c_int(threads))
             self._launch_threads = threads
         return self._launch
 
@@ -204,7 +140,7 @@ class ClangGraph(GraphRunner):
                 self.vals_table[base + k] = value
         for i, (global_size, _) in update.launch_dims.items():
             if self.programs[i].info.cores < 0:
-                self.ntasks[i] = int(global_size[0])
+                self.table[i].ntasks = int(global_size[0])
         return self.resubmit(wait)
 
     def resubmit(self, wait: bool = False) -> float | None:

@@ -10,6 +10,7 @@ host CPU), which is what multi-device code and its tests need on one machine.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -68,17 +69,38 @@ def tinycore_register_devices(registry: Any) -> None:
     )
 
 
+def _llvm_backend_problem() -> ProbeResult | None:
+    """Why ``CLANG_BACKEND=llvm`` can't work here (no libLLVM, no linker, unknown backend), else None; files only."""
+    backend = os.environ.get("CLANG_BACKEND", "").strip().lower() or "c"
+    if backend == "c":
+        return None
+    if backend != "llvm":
+        return ProbeResult(ok=False, reason=f"CLANG_BACKEND={backend!r}: expected c or llvm", hint="unset it")
+    from tinycore_clang import libllvm
+
+    library = libllvm.find_library()
+    if not library.ok:
+        return ProbeResult(ok=False, reason=f"CLANG_BACKEND=llvm: {library.reason}", hint=libllvm.INSTALL_HINT)
+    if toolchain.find_linker() is None:
+        return ProbeResult(ok=False, reason="CLANG_BACKEND=llvm: no linker (ld) found", hint=toolchain.LINKER_HINT)
+    return None
+
+
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
-    """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``); never raises."""
+    """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``), and with ``CLANG_BACKEND=llvm``
+    also libLLVM and a linker; never raises."""
     if not _is_clang(name):
         return None
     try:
         choice = toolchain.find_compiler()
+        if not choice.ok:
+            return ProbeResult(ok=False, reason=choice.reason, hint=toolchain.INSTALL_HINT, device_count=0)
+        problem = _llvm_backend_problem()
     except Exception as error:  # a probe must never raise
         return ProbeResult(ok=False, reason=f"compiler lookup failed: {error}", hint=toolchain.INSTALL_HINT)
-    if not choice.ok:
-        return ProbeResult(ok=False, reason=choice.reason, hint=toolchain.INSTALL_HINT, device_count=0)
+    if problem is not None:
+        return problem
     return ProbeResult(ok=True, device_count=VIRTUAL_DEVICE_COUNT)
 
 
@@ -96,9 +118,18 @@ def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
 
 @hookimpl
 def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
-    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``)."""
+    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``); with
+    ``CLANG_BACKEND=llvm`` and no `arch`, the LLVM IR renderer and the in-process LLVM compiler (which only
+    targets the host)."""
     if not _is_clang(name):
         return None
+    from tinycore_clang.device import backend_from_env
+
+    if backend_from_env() == "llvm" and arch is None:
+        from tinycore_clang.llvm_compiler import LLVMCompiler
+        from tinycore_clang.llvm_renderer import LLVMRenderer
+
+        return LLVMRenderer(), LLVMCompiler()
     from tinycore_clang.compiler import ClangCompiler
     from tinycore_clang.renderer import ClangRenderer
 
@@ -135,6 +166,14 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
         wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512fp16")
         info["cpu features"] = " ".join(f for f in wanted if f in flags) or "unknown"
         info["threads"] = str(toolchain.default_thread_count())
+        backend = os.environ.get("CLANG_BACKEND", "").strip().lower() or "c"
+        info["backend"] = backend + " (CLANG_BACKEND)"
+        if backend == "llvm":
+            from tinycore_clang import libllvm
+
+            library = libllvm.find_library()
+            info["llvm library"] = f"{library.path} (LLVM {library.version})" if library.ok else library.reason
+            info["linker"] = toolchain.find_linker() or "none"
     except Exception as error:  # never raise from an info hook
         info["error"] = f"{type(error).__name__}: {error}"
     return info

@@ -12,6 +12,7 @@ like any kernel, then loaded once per process (`get_pool`). Its ABI (version `RU
     int  tc_abi_version(void);
     void tc_run(tc_entry fn, void* const* bufs, const long long* vals, int ntasks, int nthreads);
     void tc_run_batch(const tc_item* items, int nitems, int nthreads);
+    void tc_run_graph(const tc_item* items, int nitems, int nthreads);  // plain items called directly
     int  tc_workers(void);             // worker threads started so far (the caller is thread 0)
     void tc_set_spin(int iterations);  // how long an idle worker spins before sleeping (default 1500)
 
@@ -20,7 +21,9 @@ task ``t`` runs on thread ``t % nthreads`` (thread 0 is the caller), so with ``n
 runs exactly one chunk. `tc_run_batch` runs the items in order, each item fanned out like `tc_run`, with a barrier
 wherever an item depends on the previous one's results: the JIT's CLANG graph runner replays a whole captured
 schedule with it, patching the ``bufs``/``vals`` arrays in place between calls. Items with ``ntasks <= 1`` run on
-the caller alone. Launches from several host threads are serialized. After ``fork()`` the child starts a fresh pool.
+the caller alone. `tc_run_graph` is what the CLANG graph runner replays: it calls items with ``ntasks <= 1``
+directly (``core_id`` 0) and hands each run of consecutive multi-task items to `tc_run_batch`.
+Launches from several host threads are serialized. After ``fork()`` the child starts a fresh pool.
 `KernelBatch` wraps `tc_run_batch` for Python callers (the CLANG graph runner).
 """
 
@@ -33,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tinycore_clang.compiler import ClangCompiler
 
-RUNTIME_ABI = 1
+RUNTIME_ABI = 2
 
 RUNTIME_SRC = r"""
-// tinycore-clang runtime library (thread pool), ABI 1
+// tinycore-clang runtime library (thread pool), ABI 2
 #include <pthread.h>
 #include <sched.h>
 
@@ -170,7 +173,7 @@ static int tc_ensure_workers(int wanted) {
   return tc_nworkers;
 }
 
-int tc_abi_version(void) { return 1; }
+int tc_abi_version(void) { return 2; }
 int tc_workers(void) { return tc_nworkers; }
 void tc_set_spin(int iterations) { tc_spin = iterations < 0 ? 0 : iterations; }
 
@@ -217,6 +220,21 @@ void tc_run(tc_entry fn, void* const* bufs, const long long* vals, int ntasks, i
   item.flags = 0;
   tc_run_batch(&item, 1, nthreads);
 }
+
+void tc_run_graph(const tc_item* items, int nitems, int nthreads) {
+  int i = 0;
+  while (i < nitems) {
+    if (items[i].ntasks <= 1) {  /* a plain kernel: call it here, no pool round trip */
+      items[i].fn(items[i].bufs, items[i].vals, 0);
+      i++;
+      continue;
+    }
+    int end = i;
+    while (end < nitems && items[end].ntasks > 1) end++;
+    tc_run_batch(items + i, end - i, nthreads);
+    i = end;
+  }
+}
 """
 
 
@@ -246,6 +264,9 @@ class ThreadPool:
         self.run_batch = dll.tc_run_batch
         self.run_batch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self.run_batch.restype = None
+        self.run_graph = dll.tc_run_graph
+        self.run_graph.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self.run_graph.restype = None
         self.workers = dll.tc_workers
         self.workers.restype = ctypes.c_int
         self.set_spin = dll.tc_set_spin

@@ -21,6 +21,8 @@ import subprocess
 from dataclasses import dataclass
 
 COMPILER_SEARCH_ORDER = ("clang", "gcc", "cc")
+LINKER_SEARCH_ORDER = ("ld", "ld.lld", "ld.gold")
+LINKER_HINT = "install binutils (apt-get install binutils) or set LD=/path/to/ld"
 INSTALL_HINT = "install a C compiler (apt-get install clang, or apt-get install gcc) or set CC=/path/to/cc"
 
 
@@ -71,6 +73,20 @@ def find_compiler(env: dict[str, str] | None = None) -> CompilerChoice:
         if found is not None:
             return CompilerChoice(os.path.abspath(found), name, "PATH")
     return CompilerChoice(None, "", "PATH", "no C compiler found (looked for CC, clang, gcc, cc on PATH)")
+
+
+def find_linker(env: dict[str, str] | None = None) -> str | None:
+    """The linker that makes shared objects of the compiled kernels: ``LD`` when set, else ``ld``, ``ld.lld``,
+    ``ld.gold`` on ``PATH``; None when there is none."""
+    environ = os.environ if env is None else env
+    search_path = environ.get("PATH", os.defpath)
+    requested = environ.get("LD", "").strip()
+    names = (requested,) if requested else LINKER_SEARCH_ORDER
+    for name in names:
+        found = shutil.which(name, path=search_path)
+        if found is not None:
+            return os.path.abspath(found)
+    return None
 
 
 @functools.cache

@@ -1,0 +1,187 @@
+"""The in-process LLVM compiler of the ``llvm`` backend: finding libLLVM, compiling IR, errors, batching, cache key,
+and the device's backend selection. Hand-written IR here, so these tests don't depend on the IR renderer."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import pytest
+from tinycore.errors import CompileError, DeviceUnavailableError
+from tinycore_clang import libllvm
+from tinycore_clang.libllvm import PassOptions, find_library, library_version
+from tinycore_clang.llvm_compiler import LLVM_MARKER, LLVMCompiler, options_from_env
+from tinycore_clang.toolchain import find_linker
+
+NO_LLVM = "no libLLVM (>= 14) shared library on this machine (apt-get install clang)"
+NO_LINKER = "no linker (ld) on PATH (apt-get install binutils)"
+
+ADD_ONE = """{marker}{name}
+define void @{name}({fp} noalias %out, {fp} noalias readonly %inp, i32 %n) nounwind {{
+entry:
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %next, %loop ]
+  %src = getelementptr inbounds float, {fp} %inp, i32 %i
+  %value = load float, {fp} %src, align 4
+  %plus = fadd float %value, {addend}
+  %dst = getelementptr inbounds float, {fp} %out, i32 %i
+  store float %plus, {fp} %dst, align 4
+  %next = add nsw i32 %i, 1
+  %done = icmp sge i32 %next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}}
+"""
+
+
+def add_one_ir(name: str = "add_one", addend: str = "1.0") -> str:
+    """A kernel ``out[i] = inp[i] + addend`` for ``i < n`` (n >= 1) in LLVM IR, with the pointer types the
+    installed LLVM wants."""
+    typed = libllvm.uses_typed_pointers(find_library().version)
+    return ADD_ONE.format(marker=LLVM_MARKER, name=name, addend=addend, fp="float*" if typed else "ptr")
+
+
+@pytest.fixture(scope="module")
+def compiler() -> LLVMCompiler:
+    """An LLVM compiler on this machine's libLLVM (skips when there is none)."""
+    if not find_library().ok:
+        pytest.skip(NO_LLVM)
+    if find_linker() is None:
+        pytest.skip(NO_LINKER)
+    return LLVMCompiler(jobs=2)
+
+
+def run_add(lib: bytes, name: str, values: list[float]) -> list[float]:
+    """Load `lib` and run kernel `name` on `values`."""
+    from tinycore_clang.runtime import load_library
+
+    fn = getattr(load_library(lib), name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    inp = (ctypes.c_float * len(values))(*values)
+    out = (ctypes.c_float * len(values))()
+    fn(out, inp, len(values))
+    return list(out)
+
+
+def test_library_version_from_file_names() -> None:
+    assert library_version("/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1") == 14
+    assert library_version("/usr/lib/llvm-17/lib/libLLVM.so.17.0") == 17
+    assert library_version("/opt/libLLVM.so") == 0
+
+
+def test_find_library_honours_the_environment(tmp_path) -> None:
+    fake = tmp_path / "libLLVM-18.so.1"
+    fake.write_bytes(b"")
+    choice = find_library({libllvm.LIBRARY_ENV: str(fake), "PATH": ""})
+    assert choice.ok and choice.path == str(fake) and choice.version == 18 and choice.source == libllvm.LIBRARY_ENV
+    missing = find_library({libllvm.LIBRARY_ENV: str(tmp_path / "nope.so")})
+    assert not missing.ok and "is not a file" in missing.reason
+
+
+def test_options_from_env() -> None:
+    assert options_from_env({}) == PassOptions()
+    assert options_from_env({"CLANG_LLVM_PIPELINE": "default<O1>"}).pipeline == "default<O1>"
+    with pytest.raises(CompileError, match="CLANG_LLVM_CODEGEN"):
+        options_from_env({"CLANG_LLVM_CODEGEN": "fast"})
+
+
+def test_opaque_pointers_are_refused_where_they_would_crash(compiler: LLVMCompiler) -> None:
+    if not libllvm.uses_typed_pointers(compiler.library.version):
+        pytest.skip(f"LLVM {compiler.library.version} handles opaque pointers (the crash is LLVM 14's)")
+    with pytest.raises(CompileError, match="typed pointers"):
+        compiler.compile(add_one_ir("opaque").replace("float*", "ptr"))
+
+
+def test_compiles_and_runs(compiler: LLVMCompiler) -> None:
+    lib = compiler.compile(add_one_ir())
+    assert lib[:4] == b"\x7fELF"
+    assert run_add(lib, "add_one", [1.0, 2.5, -3.0]) == [2.0, 3.5, -2.0]
+
+
+def test_invalid_ir_names_the_kernel_and_the_line(compiler: LLVMCompiler) -> None:
+    bad = add_one_ir("broken").replace("fadd float %value", "fadd float %nothing")
+    with pytest.raises(CompileError) as info:
+        compiler.compile(bad)
+    text = str(info.value)
+    assert "on kernel broken" in text and "%nothing" in text and ">>" in text
+
+
+def test_unknown_pipeline_is_a_compile_error() -> None:
+    if not find_library().ok or find_linker() is None:
+        pytest.skip(NO_LLVM)
+    odd = LLVMCompiler(options=PassOptions(pipeline="no-such-pass"))
+    with pytest.raises(CompileError, match="no-such-pass"):
+        odd.compile(add_one_ir("odd"))
+
+
+def test_compile_many_links_distinct_names_together(compiler: LLVMCompiler) -> None:
+    srcs = [add_one_ir("k_a", "1.0"), add_one_ir("k_b", "2.0"), add_one_ir("k_a", "3.0")]
+    libs = compiler.compile_many(srcs)
+    assert len(libs) == 3
+    assert libs[0] == libs[1] and libs[2] != libs[0]  # the second k_a can't share a library with the first
+    assert run_add(libs[0], "k_a", [1.0]) == [2.0]
+    assert run_add(libs[1], "k_b", [1.0]) == [3.0]
+    assert run_add(libs[2], "k_a", [1.0]) == [4.0]
+
+
+def test_cache_key_pins_library_cpu_and_options(compiler: LLVMCompiler) -> None:
+    parts = compiler.cache_key_parts()
+    chain = compiler.toolchain
+    assert chain.cpu in parts and chain.features in parts and "default<O2>" in parts
+    other = LLVMCompiler(options=PassOptions(codegen_level=3))
+    assert other.cache_key("x") != compiler.cache_key("x")
+
+
+def test_missing_linker_is_reported() -> None:
+    if not find_library().ok:
+        pytest.skip(NO_LLVM)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", "")
+        patch.delenv("LD", raising=False)
+        with pytest.raises(CompileError, match="no linker"):
+            LLVMCompiler()
+
+
+def test_target_facts_come_from_disk_in_a_new_process(compiler: LLVMCompiler) -> None:
+    compiler.cache_key_parts()  # stores the facts
+    code = (
+        "from tinycore_clang.llvm_compiler import LLVMCompiler\n"
+        "from tinycore_clang.libllvm import LLVMToolchain\n"
+        "LLVMCompiler().cache_key_parts()\n"
+        "print(len(LLVMToolchain._instances))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"  # the library was never loaded
+
+
+def test_device_rejects_an_unknown_backend() -> None:
+    from tinycore_clang.device import ClangDevice
+
+    with pytest.raises(DeviceUnavailableError, match="CLANG_BACKEND"):
+        ClangDevice("CLANG", backend="fortran")
+
+
+def test_device_without_libllvm_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from tinycore_clang.device import ClangDevice
+
+    monkeypatch.setenv(libllvm.LIBRARY_ENV, str(tmp_path / "libLLVM-99.so"))
+    with pytest.raises(DeviceUnavailableError) as info:
+        ClangDevice("CLANG", backend="llvm")
+    assert "is not a file" in str(info.value) and "CLANG_BACKEND=c" in str(info.value)
+
+
+def test_probe_reports_the_llvm_backend_problem(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from tinycore_clang.plugin import tinycore_probe_device
+
+    monkeypatch.setenv("CLANG_BACKEND", "llvm")
+    monkeypatch.setenv(libllvm.LIBRARY_ENV, str(tmp_path / "libLLVM-99.so"))
+    result = tinycore_probe_device("CLANG")
+    assert result is not None and not result.ok and "is not a file" in result.reason
+    monkeypatch.setenv("CLANG_BACKEND", "cobol")
+    result = tinycore_probe_device("CLANG")
+    assert result is not None and not result.ok and "expected c or llvm" in result.reason

@@ -1,0 +1,234 @@
+"""`LLVMCompiler`: LLVM IR text to a shared object, compiled in-process by the system's libLLVM (the ``llvm`` backend).
+
+The kernel's IR (from `tinycore_clang.llvm_renderer.LLVMRenderer`) is parsed, optimized and compiled to an object
+file inside this process (`tinycore_clang.libllvm.LLVMToolchain`), then linked into a shared object by the system
+linker (``ld -shared``: a small program, a few milliseconds), so the result is loaded and launched exactly like the
+C backend's (`tinycore_clang.runtime`). Nothing else changes between the two backends: same kernel ABI, same thread
+pool, same graph runner.
+
+Options (environment, read when the compiler is made):
+
+- ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default ``default<O2>``, what ``clang -O2`` runs);
+- ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2).
+
+The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``). The cache key
+holds the library's path and version, that CPU name and feature list, and the options. Those target facts are kept in
+the disk cache (keyed by the library file's stamp and `tinycore_clang.toolchain.machine_identity`), so a process whose
+kernels are all cached never loads libLLVM.
+
+IR for LLVM 14 must use typed pointers (``float*``): its optimizer crashes on opaque ``ptr`` IR, which
+`tinycore_clang.libllvm.LLVMToolchain.compile_object` therefore refuses with an error
+(`tinycore_clang.libllvm.uses_typed_pointers`).
+
+`compile_many` compiles the kernels of one schedule on `jobs` threads (LLVM runs without the GIL), each as soon as
+it is rendered (`streams`), and links each group of kernels with distinct names into one shared object with one
+linker run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from tinycore.errors import CompileError
+from tinycore.runtime.compiler import Compiler
+from tinycore.runtime.disk_cache import disk_get, disk_put
+from tinycore_clang import toolchain
+from tinycore_clang.compiler import scratch_path
+from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library
+from tinycore_clang.toolchain import LINKER_HINT, find_linker
+
+LLVM_MARKER = "; tinycore-clang kernel "
+_MARKER = re.compile("^" + re.escape(LLVM_MARKER) + r"(\w+)\s*$", re.M)
+_ERROR_LINE = re.compile(r"^[^:\n]*:(\d+):(\d+): error", re.M)
+
+
+def options_from_env(env: dict[str, str] | None = None) -> PassOptions:
+    """`PassOptions` from ``CLANG_LLVM_PIPELINE`` and ``CLANG_LLVM_CODEGEN`` (defaults when unset).
+
+    >>> options_from_env({"CLANG_LLVM_CODEGEN": "3"}).codegen_level
+    3
+    """
+    environ = os.environ if env is None else env
+    pipeline = environ.get("CLANG_LLVM_PIPELINE", "").strip() or PassOptions.pipeline
+    raw_level = environ.get("CLANG_LLVM_CODEGEN", "").strip() or str(PassOptions.codegen_level)
+    if raw_level not in ("0", "1", "2", "3"):
+        raise CompileError(f"CLANG_LLVM_CODEGEN={raw_level!r}: expected 0, 1, 2 or 3")
+    return PassOptions(pipeline=pipeline, codegen_level=int(raw_level))
+
+
+def _format_error(message: str, src: str) -> str:
+    """LLVM's message followed by the IR lines it points at, numbered."""
+    lines = src.splitlines()
+    excerpt: list[str] = []
+    for match in list(_ERROR_LINE.finditer(message))[:3]:
+        number = int(match.group(1))
+        for n in range(max(1, number - 2), min(len(lines), number + 2) + 1):
+            excerpt.append(f"{'>>' if n == number else '  '}{n:5d} | {lines[n - 1]}")
+    kernels = _MARKER.findall(src)
+    what = f" on kernel {kernels[0]}" if len(kernels) == 1 else ""
+    text = f"LLVM failed{what}:\n{message.strip()}"
+    return text + ("\nsource:\n" + "\n".join(excerpt) if excerpt else "")
+
+
+class LLVMCompiler(Compiler):
+    """Compiles the ``llvm`` backend's IR in-process; see the module docstring.
+
+    `library`: which libLLVM (default `find_library`); `options`: the optimizer's settings (default from the
+    environment); `linker`: path of ``ld`` (default `find_linker`); `jobs`: compile threads for `compile_many`.
+    Raises `CompileError` when there is no library or no linker (with the fix), at construction, since a device
+    with this compiler could never run a kernel.
+    """
+
+    streams = True  # compile_many starts on each source as it arrives (see `tinycore.runtime.compiler.Compiler`)
+
+    def __init__(
+        self,
+        library: LibraryChoice | None = None,
+        options: PassOptions | None = None,
+        linker: str | None = None,
+        jobs: int | None = None,
+    ):
+        super().__init__(cachekey="clang_llvm")
+        self.library = library if library is not None else find_library()
+        if not self.library.ok:
+            raise CompileError(f"CLANG llvm backend: {self.library.reason}; {INSTALL_HINT}")
+        self.options = options if options is not None else options_from_env()
+        found = linker or find_linker()
+        if found is None:
+            raise CompileError(f"CLANG llvm backend: no linker found (LD, ld, ld.lld, ld.gold); {LINKER_HINT}")
+        self.linker: str = found
+        self.jobs = jobs if jobs is not None else toolchain.cpu_count()
+        self._key_parts: tuple[str, ...] | None = None
+
+    @property
+    def toolchain(self) -> LLVMToolchain:
+        """The loaded library (loaded on first use, shared per process)."""
+        try:
+            return LLVMToolchain.shared(self.library)
+        except LLVMError as error:
+            raise CompileError(f"CLANG llvm backend: {error}") from error
+
+    # ----- cache key -----
+    def cache_key_parts(self) -> Sequence[str]:
+        """Library path and version, host CPU name and features as LLVM sees them, pipeline and codegen level."""
+        if self._key_parts is None:
+            cpu, features = self.target_facts()
+            path = self.library.path or ""
+            self._key_parts = (
+                os.path.realpath(path),
+                str(self.library.version),
+                cpu,
+                features,
+                self.options.pipeline,
+                str(self.options.codegen_level),
+            )
+        return self._key_parts
+
+    def target_facts(self) -> tuple[str, str]:
+        """LLVM's host CPU name and feature string, from the disk cache when this library and machine were seen
+        before (so a fully cached process never loads libLLVM), else from the loaded library."""
+        path = self.library.path or ""
+        stamp = toolchain.compiler_stamp(path)
+        key = json.dumps(["host cpu", stamp, toolchain.machine_identity()])
+        if stamp is not None:
+            cached = disk_get("toolchain_clang_llvm", key)
+            if cached is not None:
+                try:
+                    cpu, features = json.loads(cached)
+                    if isinstance(cpu, str) and isinstance(features, str):
+                        return cpu, features
+                except ValueError:
+                    pass
+        chain = self.toolchain
+        if stamp is not None:
+            disk_put("toolchain_clang_llvm", key, json.dumps([chain.cpu, chain.features]).encode())
+        return chain.cpu, chain.features
+
+    # ----- compiling -----
+    def compile_object(self, src: str) -> bytes:
+        """One IR module to the bytes of an object file (raises `CompileError` with LLVM's message)."""
+        names = _MARKER.findall(src)
+        try:
+            return self.toolchain.compile_object(src, self.options, names[0] if names else "kernel")
+        except LLVMError as error:
+            raise CompileError(_format_error(str(error), src)) from error
+
+    def link(self, objects: Sequence[bytes]) -> bytes:
+        """Link object files into one shared object with the system linker."""
+        base = scratch_path("_llvm")
+        paths = [f"{base}_{i}.o" for i in range(len(objects))]
+        out = base + ".so"
+        try:
+            for path, obj in zip(paths, objects):
+                with open(path, "wb") as file:
+                    file.write(obj)
+            command = [self.linker, "-shared", "-o", out, *paths]
+            try:
+                proc = subprocess.run(command, capture_output=True, timeout=600)
+            except (OSError, subprocess.SubprocessError) as error:
+                raise CompileError(f"CLANG llvm backend: running {self.linker} failed: {error}") from error
+            if proc.returncode != 0:
+                stderr = proc.stderr.decode(errors="replace").strip()
+                raise CompileError(f"CLANG llvm backend: {os.path.basename(self.linker)} failed:\n{stderr}")
+            with open(out, "rb") as file:
+                return file.read()
+        finally:
+            for path in (*paths, out):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+    def compile(self, src: str) -> bytes:
+        """IR of one or more kernels to the bytes of a shared object."""
+        return self.link([self.compile_object(src)])
+
+    def compile_many(self, srcs: Iterable[str]) -> list[bytes]:
+        """Compile several modules on `jobs` threads, each starting as soon as `srcs` yields it (`streams`: the
+        caller may still be rendering the next ones), then link each group of distinct kernel names into one
+        shared object (one linker run per group). Each entry is the library holding that source's kernel."""
+        sources: list[str] = []
+        workers = max(1, self.jobs)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tinycore-llvm") as pool:
+            futures = []
+            for src in srcs:
+                sources.append(src)
+                futures.append(pool.submit(self.compile_object, src))
+            objects = [future.result() for future in futures]
+        groups: list[list[int]] = []
+        names_in: list[set[str]] = []
+        for i, src in enumerate(sources):
+            names = set(_MARKER.findall(src)) or {f"#{i}"}
+            target = next((g for g, used in enumerate(names_in) if not used & names), None)
+            if target is None:
+                groups.append([])
+                names_in.append(set())
+                target = len(groups) - 1
+            groups[target].append(i)
+            names_in[target] |= names
+        results: list[bytes] = [b""] * len(sources)
+        for members in groups:
+            lib = self.link([objects[i] for i in members])
+            for i in members:
+                results[i] = lib
+        return results
+
+    def disassemble(self, lib: bytes) -> str:
+        """``objdump -d`` of a compiled library (for ``DEBUG>=6``)."""
+        path = scratch_path(".so")
+        with open(path, "wb") as file:
+            file.write(lib)
+        try:
+            tool = shutil.which("objdump") or "objdump"
+            return subprocess.run([tool, "-d", path], capture_output=True, text=True).stdout
+        finally:
+            os.unlink(path)
+
+    def __repr__(self) -> str:
+        return f"<LLVMCompiler {self.library.path} {self.options.pipeline} codegen O{self.options.codegen_level}>"
