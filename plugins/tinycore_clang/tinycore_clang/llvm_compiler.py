@@ -9,7 +9,8 @@ pool, same graph runner.
 Options (environment, read when the compiler is made):
 
 - ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default ``default<O2>``, what ``clang -O2`` runs);
-- ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2).
+- ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2);
+- ``CLANG_LLVM_UNROLL=1``: let LLVM unroll loops again (off by default, see `tinycore_clang.libllvm.PassOptions`).
 
 The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``). The cache key
 holds the library's path and version, that CPU name and feature list, and the options. Those target facts are kept in
@@ -49,7 +50,8 @@ _ERROR_LINE = re.compile(r"^[^:\n]*:(\d+):(\d+): error", re.M)
 
 
 def options_from_env(env: dict[str, str] | None = None) -> PassOptions:
-    """`PassOptions` from ``CLANG_LLVM_PIPELINE`` and ``CLANG_LLVM_CODEGEN`` (defaults when unset).
+    """`PassOptions` from ``CLANG_LLVM_PIPELINE``, ``CLANG_LLVM_CODEGEN`` and ``CLANG_LLVM_UNROLL`` (defaults when
+    unset).
 
     >>> options_from_env({"CLANG_LLVM_CODEGEN": "3"}).codegen_level
     3
@@ -59,7 +61,10 @@ def options_from_env(env: dict[str, str] | None = None) -> PassOptions:
     raw_level = environ.get("CLANG_LLVM_CODEGEN", "").strip() or str(PassOptions.codegen_level)
     if raw_level not in ("0", "1", "2", "3"):
         raise CompileError(f"CLANG_LLVM_CODEGEN={raw_level!r}: expected 0, 1, 2 or 3")
-    return PassOptions(pipeline=pipeline, codegen_level=int(raw_level))
+    raw_unroll = environ.get("CLANG_LLVM_UNROLL", "").strip() or "0"
+    if raw_unroll not in ("0", "1"):
+        raise CompileError(f"CLANG_LLVM_UNROLL={raw_unroll!r}: expected 0 or 1")
+    return PassOptions(pipeline=pipeline, codegen_level=int(raw_level), loop_unrolling=raw_unroll == "1")
 
 
 def _format_error(message: str, src: str) -> str:
@@ -116,7 +121,7 @@ class LLVMCompiler(Compiler):
 
     # ----- cache key -----
     def cache_key_parts(self) -> Sequence[str]:
-        """Library path and version, host CPU name and features as LLVM sees them, pipeline and codegen level."""
+        """Library path and version, host CPU name and features as LLVM sees them, and every optimizer option."""
         if self._key_parts is None:
             cpu, features = self.target_facts()
             path = self.library.path or ""
@@ -125,8 +130,7 @@ class LLVMCompiler(Compiler):
                 str(self.library.version),
                 cpu,
                 features,
-                self.options.pipeline,
-                str(self.options.codegen_level),
+                repr(self.options),
             )
         return self._key_parts
 
