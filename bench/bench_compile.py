@@ -17,12 +17,12 @@ Each repetition builds every kind of kernel (elementwise ``(a*b+a).exp()``, redu
   measure, without the ``.numpy()`` copy).
 
 Two tables of medians (milliseconds): wall-clock time, and CPU time (this thread's for the Python stages, the
-process's and the compiler processes' for ``compile``, the whole process's plus its children's for ``e2e``), which is much steadier
-than wall time on a machine shared with other work. The disk cache is pointed at a fresh temporary folder with
-``CACHELEVEL=0`` before tinycore is imported. ``--flags A B`` additionally compiles the same rendered sources with
-each set of extra compiler flags (interleaved) and prints the median compile time per set; ``--batch N`` compares
-N kernels compiled one by one with one `compile_many` call (when the device's compiler has it); ``--profile KIND``
-prints a cProfile of the code-generation stages of that kind. ``--mlp N`` instead times calls 0 (eager) and 1
+process's and the compiler processes' for ``compile``, the whole process's plus its children's for ``e2e``), which is
+much steadier than wall time on a machine shared with other work. The disk cache is pointed at a fresh temporary
+folder with ``CACHELEVEL=0`` before tinycore is imported. ``--flags A B`` additionally compiles the same rendered
+sources with each set of extra compiler flags (interleaved) and prints the median compile time per set; ``--batch N``
+compares N kernels compiled one by one with one `compile_many` call (when the device's compiler has it); ``--profile
+KIND`` prints a cProfile of the code-generation stages of that kind. ``--mlp N`` instead times calls 0 (eager) and 1
 (capture) of a TinyJit'd 784-512-512-10 MLP SGD step in N fresh processes whose disk cache holds the compiler facts
 and runtime library but no kernel (medians; wall, Python CPU, compiler CPU). Benchmarks are never run as timed tests.
 """
