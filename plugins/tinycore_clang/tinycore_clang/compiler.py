@@ -104,6 +104,18 @@ def format_compile_error(compiler: str, src: str, stderr: str) -> str:
     return text
 
 
+def disassemble_library(lib: bytes) -> str:
+    """``objdump -d`` of the bytes of a compiled shared object (both CLANG backends; for ``DEBUG>=6``)."""
+    path = scratch_path(".so")
+    with open(path, "wb") as file:
+        file.write(lib)
+    try:
+        tool = shutil.which("objdump") or "objdump"
+        return subprocess.run([tool, "-d", path], capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+
+
 class ClangCompiler(Compiler):
     """Compiles C kernels (and the device's runtime library) with the system C compiler; see the module docstring.
 
@@ -340,14 +352,7 @@ class ClangCompiler(Compiler):
 
     def disassemble(self, lib: bytes) -> str:
         """``objdump -d`` of a compiled library (for ``DEBUG>=6``)."""
-        path = scratch_path(".so")
-        with open(path, "wb") as file:
-            file.write(lib)
-        try:
-            tool = shutil.which("objdump") or "objdump"
-            return subprocess.run([tool, "-d", path], capture_output=True, text=True).stdout
-        finally:
-            os.unlink(path)
+        return disassemble_library(lib)
 
     def __repr__(self) -> str:
         return f"<ClangCompiler {self.cc} {' '.join(self.flags)}>"

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,7 @@ from tinycore.errors import CompileError
 from tinycore.runtime.compiler import Compiler
 from tinycore.runtime.disk_cache import disk_get, disk_put
 from tinycore_clang import toolchain
-from tinycore_clang.compiler import scratch_path
+from tinycore_clang.compiler import disassemble_library, scratch_path
 from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library
 from tinycore_clang.toolchain import LINKER_HINT, find_linker
 
@@ -225,14 +224,7 @@ class LLVMCompiler(Compiler):
 
     def disassemble(self, lib: bytes) -> str:
         """``objdump -d`` of a compiled library (for ``DEBUG>=6``)."""
-        path = scratch_path(".so")
-        with open(path, "wb") as file:
-            file.write(lib)
-        try:
-            tool = shutil.which("objdump") or "objdump"
-            return subprocess.run([tool, "-d", path], capture_output=True, text=True).stdout
-        finally:
-            os.unlink(path)
+        return disassemble_library(lib)
 
     def __repr__(self) -> str:
         return f"<LLVMCompiler {self.library.path} {self.options.pipeline} codegen O{self.options.codegen_level}>"
