@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tinycore.errors import CompileError
 from tinycore.runtime.compiler import Compiler
@@ -104,6 +104,24 @@ def format_compile_error(compiler: str, src: str, stderr: str) -> str:
     return text
 
 
+def cached_facts(table: str, key: str | None, ask: Callable[[], tuple[str, str] | None]) -> tuple[str, str] | None:
+    """A pair of strings about the toolchain from disk-cache `table` under `key`, else `ask()` (stored when it
+    gives a complete answer, i.e. not None). `key` None (nothing identifies the toolchain): just `ask()`."""
+    if key is not None:
+        cached = disk_get(table, key)
+        if cached is not None:
+            try:
+                first, second = json.loads(cached)
+                if isinstance(first, str) and isinstance(second, str):
+                    return first, second
+            except ValueError:
+                pass
+    answer, complete = ask()
+    if key is not None and complete:
+        disk_put(table, key, json.dumps(list(answer)).encode())
+    return answer
+
+
 def disassemble_library(lib: bytes) -> str:
     """``objdump -d`` of the bytes of a compiled shared object (both CLANG backends; for ``DEBUG>=6``)."""
     path = scratch_path(".so")
@@ -163,22 +181,14 @@ class ClangCompiler(Compiler):
         `toolchain.compiler_stamp`, the flags and the `toolchain.machine_identity`. Only complete answers are
         stored (a compiler that failed to answer is asked again by the next process)."""
         stamp = toolchain.compiler_stamp(self.cc)
-        table = f"toolchain_{self.cachekey}"
         key = json.dumps(["version+target", stamp, *self.flags, toolchain.machine_identity()])
-        if stamp is not None:
-            cached = disk_get(table, key)
-            if cached is not None:
-                try:
-                    version, features = json.loads(cached)
-                    if isinstance(version, str) and isinstance(features, str):
-                        return version, features
-                except ValueError:
-                    pass
-        version = toolchain.compiler_version(self.cc)
-        features = toolchain.read_cpu_features(self.cc, self.flags)
-        if stamp is not None and version and not features.startswith("cpuinfo:"):
-            disk_put(table, key, json.dumps([version, features]).encode())
-        return version, features
+
+        def ask() -> tuple[tuple[str, str], bool]:
+            version = toolchain.compiler_version(self.cc)
+            features = toolchain.read_cpu_features(self.cc, self.flags)
+            return (version, features), bool(version) and not features.startswith("cpuinfo:")
+
+        return cached_facts(f"toolchain_{self.cachekey}", key if stamp is not None else None, ask)
 
     # ----- linking -----
     def link_command(self) -> list[str]:

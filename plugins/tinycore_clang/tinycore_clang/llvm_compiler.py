@@ -37,9 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tinycore.errors import CompileError
 from tinycore.runtime.compiler import Compiler
-from tinycore.runtime.disk_cache import disk_get, disk_put
 from tinycore_clang import toolchain
-from tinycore_clang.compiler import disassemble_library, scratch_path
+from tinycore_clang.compiler import cached_facts, disassemble_library, scratch_path
 from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library
 from tinycore_clang.toolchain import LINKER_HINT, find_linker
 
@@ -136,22 +135,9 @@ class LLVMCompiler(Compiler):
     def target_facts(self) -> tuple[str, str]:
         """LLVM's host CPU name and feature string, from the disk cache when this library and machine were seen
         before (so a fully cached process never loads libLLVM), else from the loaded library."""
-        path = self.library.path or ""
-        stamp = toolchain.compiler_stamp(path)
-        key = json.dumps(["host cpu", stamp, toolchain.machine_identity()])
-        if stamp is not None:
-            cached = disk_get("toolchain_clang_llvm", key)
-            if cached is not None:
-                try:
-                    cpu, features = json.loads(cached)
-                    if isinstance(cpu, str) and isinstance(features, str):
-                        return cpu, features
-                except ValueError:
-                    pass
-        chain = self.toolchain
-        if stamp is not None:
-            disk_put("toolchain_clang_llvm", key, json.dumps([chain.cpu, chain.features]).encode())
-        return chain.cpu, chain.features
+        stamp = toolchain.compiler_stamp(self.library.path or "")
+        key = json.dumps(["host cpu", stamp, toolchain.machine_identity()]) if stamp is not None else None
+        return cached_facts("toolchain_clang_llvm", key, lambda: ((self.toolchain.cpu, self.toolchain.features), True))
 
     # ----- compiling -----
     def compile_object(self, src: str) -> bytes:
