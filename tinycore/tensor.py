@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from tinycore.dtype import (
@@ -35,6 +35,8 @@ from tinycore.engine.schedule import (
     ScheduleItem,
     buffer_of,
     new_buffer_uop,
+    note_elementwise_pair,
+    note_elementwise_with_constant,
     realized_view,
     schedule_for_run,
     schedule_outputs,
@@ -160,6 +162,55 @@ def _grad_of2(a: bool | None, b: bool | None) -> bool | None:
 # identity (zero stays out: -0.0 == 0.0 would share a key)
 _scalar_operands: dict[tuple, tuple[DType, UOp]] = {}
 _new_tensor = object.__new__
+
+
+def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
+    """`Tensor._binop(op, y, reverse)` as a method of `(self, y)`: the Python operators are these, so the eager
+    hot path (`x * 1.5`, `a + b`) runs in one frame. The fast paths, a nonzero Python scalar seen before with this
+    dtype, device and shape, or a tensor of the same device, dtype and shape, build the result exactly as the
+    general path (`Tensor._binop_general`) does, and give it its eager schedule-cache key."""
+    bool_result = op in _COMPARISON
+
+    def binop(self: Tensor, y: Any) -> Tensor:
+        kind = type(y)
+        uop = self.uop
+        if kind is float or kind is int:
+            found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
+            if found is not None and found[0] is uop.dtype:
+                operand = found[1]
+                node = _new_uop(
+                    UOp, op, _BOOL if bool_result else uop.dtype, (operand, uop) if reverse else (uop, operand)
+                )
+                if node._eager_key is None:  # the schedule-cache key of an eager chain, built as it grows
+                    note_elementwise_with_constant(node, uop, operand)
+                t = _new_tensor(Tensor)
+                t.uop, t.device, t._requires_grad = node, self.device, self._requires_grad
+                t.grad, t._shape = None, self._shape
+                return t
+        elif kind is Tensor:
+            other = y.uop
+            if (
+                other.dtype is uop.dtype
+                and y._shape == self._shape
+                and type(self.device) is str
+                and (y.device is self.device or y.device == self.device)
+            ):
+                srcs = (other, uop) if reverse else (uop, other)
+                node = _new_uop(UOp, op, _BOOL if bool_result else uop.dtype, srcs)
+                if node._eager_key is None:
+                    note_elementwise_pair(node, *srcs)
+                t = _new_tensor(Tensor)
+                t.uop, t.device, t.grad, t._shape = node, self.device, None, self._shape
+                t._requires_grad = _grad_of2(self._requires_grad, y._requires_grad)
+                return t
+        return self._binop_general(op, y, reverse)
+
+    binop.__name__ = binop.__qualname__ = f"_binop_{op.name.lower()}{'_reversed' if reverse else ''}"
+    return binop
+
+
+_binop_methods: dict[tuple[Ops, bool], Callable[[Tensor, Any], Tensor]] = {}
+_new_uop = UOp.__new__  # `UOp(...)` without the class-call machinery (UOp has no __init__): the eager hot path
 
 
 def _bf16_bits(arr: Any) -> Any:
@@ -697,32 +748,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         return (y, x) if reverse else (x, y)
 
     def _binop(self, op: Ops, y: Any, reverse: bool = False) -> Tensor:
-        # fast paths (most eager ops): a nonzero Python scalar seen before with this dtype, device and shape, or a
-        # tensor of the same device, dtype and shape; both build the result exactly as the general path does
-        kind = type(y)
-        uop = self.uop
-        if kind is float or kind is int:
-            found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
-            if found is not None and found[0] is uop.dtype:
-                operand = found[1]
-                t = _new_tensor(Tensor)
-                srcs = (operand, uop) if reverse else (uop, operand)
-                t.uop = UOp(op, _BOOL if op in _COMPARISON else uop.dtype, srcs)
-                t.device, t._requires_grad, t.grad, t._shape = self.device, self._requires_grad, None, self._shape
-                return t
-        elif kind is Tensor:
-            other = y.uop
-            if (
-                other.dtype is uop.dtype
-                and y._shape == self._shape
-                and type(self.device) is str
-                and (y.device is self.device or y.device == self.device)
-            ):
-                t = _new_tensor(Tensor)
-                t.uop = UOp(op, _BOOL if op in _COMPARISON else uop.dtype, (other, uop) if reverse else (uop, other))
-                t.device, t.grad, t._shape = self.device, None, self._shape
-                t._requires_grad = _grad_of2(self._requires_grad, y._requires_grad)
-                return t
+        method = _binop_methods.get((op, reverse))
+        if method is None:
+            method = _binop_methods[(op, reverse)] = _binop_method(op, reverse)
+        return method(self, y)
+
+    def _binop_general(self, op: Ops, y: Any, reverse: bool) -> Tensor:
         x, y = self._broadcasted(y, reverse)
         a, b = x.uop, y.uop
         return _wrap(
@@ -759,23 +790,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         grad = _grad_of2(a._requires_grad, b._requires_grad)
         return _wrap(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop), a.device, a._shape, grad)
 
-    def __add__(self, x: Any) -> Tensor:
-        return self._binop(Ops.ADD, x)
+    __add__ = _binop_methods.setdefault((Ops.ADD, False), _binop_method(Ops.ADD, False))
 
-    def __radd__(self, x: Any) -> Tensor:
-        return self._binop(Ops.ADD, x, True)
+    __radd__ = _binop_methods.setdefault((Ops.ADD, True), _binop_method(Ops.ADD, True))
 
-    def __sub__(self, x: Any) -> Tensor:
-        return self._binop(Ops.SUB, x)
+    __sub__ = _binop_methods.setdefault((Ops.SUB, False), _binop_method(Ops.SUB, False))
 
-    def __rsub__(self, x: Any) -> Tensor:
-        return self._binop(Ops.SUB, x, True)
+    __rsub__ = _binop_methods.setdefault((Ops.SUB, True), _binop_method(Ops.SUB, True))
 
-    def __mul__(self, x: Any) -> Tensor:
-        return self._binop(Ops.MUL, x)
+    __mul__ = _binop_methods.setdefault((Ops.MUL, False), _binop_method(Ops.MUL, False))
 
-    def __rmul__(self, x: Any) -> Tensor:
-        return self._binop(Ops.MUL, x, True)
+    __rmul__ = _binop_methods.setdefault((Ops.MUL, True), _binop_method(Ops.MUL, True))
 
     def __truediv__(self, x: Any) -> Tensor:
         return self.div(x)

@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tinycore.codegen.lowerer import scopes
-from tinycore.dtype import AddrSpace, PtrDType, dtypes
+from tinycore.dtype import AddrSpace, PtrDType
 from tinycore.helpers import prod
 from tinycore.renderer import Estimates
 from tinycore.uop.ops import GroupOp, Ops, UOp, sint, smin
+from tinycore.uop.symbolic import _is_index
 
 __all__ = ["estimate"]
 
@@ -52,11 +53,11 @@ def estimate(sink: UOp, global_size: Sequence[sint] = (1, 1, 1), local_size: Seq
     lds: sint = 0
     accessed: dict[UOp, sint] = {}
     for u in sink.toposort():
-        if u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index:
+        if u.op in GroupOp.ALU and not _is_index(u.dtype.scalar()):
             ops = ops + times(u) * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # a vector op does count lanes
         elif u.op is Ops.WMMA and isinstance(u.arg, tuple) and len(u.arg) > 1 and isinstance(u.arg[1], tuple):
             ops = ops + times(u) * 2 * prod(u.arg[1]) // max(1, u.dtype.count)
-        elif u.op in (Ops.LOAD, Ops.STORE):
+        elif u.op is Ops.LOAD or u.op is Ops.STORE:
             ptr = u.src[0]
             buf = ptr.src[0] if ptr.op is Ops.INDEX else ptr
             while buf.op is Ops.AFTER:

@@ -47,7 +47,7 @@ from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import prod
 from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite, graph_rewrite_map
-from tinycore.uop.symbolic import symbolic
+from tinycore.uop.symbolic import _is_index, symbolic
 
 __all__ = [
     "EXPAND_TYPES",
@@ -59,6 +59,10 @@ __all__ = [
 ]
 
 EXPAND_TYPES = (AxisType.UPCAST, AxisType.UNROLL)
+# membership tests use sets: AxisType/Ops define __lt__, so `in` on a tuple calls a Python-level __eq__
+_EXPAND_SET = frozenset(EXPAND_TYPES)
+_LANE_OPS = frozenset({Ops.UNROLL, Ops.CONTRACT})
+_VECTOR_OPS = frozenset({Ops.UNROLL, Ops.CONTRACT, Ops.WMMA})
 LATE_FOLD_BYTES = 32  # a reduce whose kept lanes are narrower than this accumulates all lanes, folds after the loop
 MAX_ACCESS_WIDTH = 16  # widest vector load/store emitted (lanes)
 # widest gated vector load: 1 until the PYTHON interpreter takes a vector alt value lane by lane
@@ -73,7 +77,7 @@ def _size(r: UOp) -> int:
 
 def _expanded_ranges(u: UOp) -> list[UOp]:
     return sorted(
-        (x for x in u.toposort() if x.op is Ops.RANGE and x.arg[1] in EXPAND_TYPES and _size(x) > 1), key=range_key
+        (x for x in u.toposort() if x.op is Ops.RANGE and x.arg[1] in _EXPAND_SET and _size(x) > 1), key=range_key
     )
 
 
@@ -101,6 +105,19 @@ def _lane(src_axes: Axes, axes: Axes, combo: Sequence[int]) -> int:
     for a, n in src_axes:
         lane = lane * n + combo[pos[a]]
     return lane
+
+
+def _lanes(src_axes: Axes, axes: Axes) -> list[int]:
+    """`_lane` of every combo of `axes`, in `_combos` order."""
+    pos = {a: i for i, (a, _) in enumerate(axes)}
+    plan = [(pos[a], n) for a, n in src_axes]
+    out = []
+    for combo in _combos(axes):
+        lane = 0
+        for p, n in plan:
+            lane = lane * n + combo[p]
+        out.append(lane)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -159,12 +176,12 @@ def _split_offset(e: UOp) -> tuple[UOp | None, int]:
 class _LaneAddress:
     """The simplified address and gate of one memory access for every lane of its expanded ranges."""
 
-    def __init__(self, ptr: UOp, rngs: tuple[UOp, ...], memo: _Memo):
+    def __init__(self, ptr: UOp, rngs: tuple[UOp, ...], memo: _Memo, plans: dict[Any, Any] | None = None):
         self.rngs = rngs
         self.axes: Axes = tuple((r.arg[0], _size(r)) for r in rngs)
         idx, gate = ptr.src[1], ptr.src[2] if len(ptr.src) > 2 else None
         self.lanes: list[tuple[UOp | None, int, UOp | None, bool]] = []  # (base, offset, gate, never)
-        coefs, combos = _lane_plan(idx, gate, rngs)
+        coefs, combos = _lane_plan(idx, gate, rngs, plans)
         if coefs is not None:  # fast path: address = base + sum(coef * lane value), one simplification
             base, off0 = _split_offset(_subst(idx, rngs, combos[0], memo))
             for combo in _combos(self.axes):
@@ -231,7 +248,7 @@ def affine_coefficients(idx: UOp, rngs: list[UOp]) -> list[int] | None:
             coef[u] = {}
             continue
         uses.add(u)
-        if u.op in (Ops.ADD, Ops.SUB) and all(coef.get(s) is not None for s in u.src):
+        if (u.op is Ops.ADD or u.op is Ops.SUB) and all(coef.get(s) is not None for s in u.src):
             a, b = coef[u.src[0]], coef[u.src[1]]
             sign = 1 if u.op is Ops.ADD else -1
             coef[u] = {r: a.get(r, 0) + sign * b.get(r, 0) for r in set(a) | set(b)}  # type: ignore[union-attr]
@@ -255,9 +272,18 @@ def _uses_any(u: UOp, rngs: Iterable[UOp]) -> bool:
     return any(r in nodes for r in rngs)
 
 
-def _lane_plan(idx: UOp, gate: UOp | None, rngs: tuple[UOp, ...]) -> tuple[list[int] | None, list[tuple[int, ...]]]:
+def _lane_plan(
+    idx: UOp, gate: UOp | None, rngs: tuple[UOp, ...], cache: dict[Any, Any] | None = None
+) -> tuple[list[int] | None, list[tuple[int, ...]]]:
     """How the lane addresses of an access are found: `(coefficients, [zero combo])` when the index is affine in
-    `rngs` and the gate doesn't depend on them (one simplification), else `(None, every combo)`."""
+    `rngs` and the gate doesn't depend on them (one simplification), else `(None, every combo)`. Remembered in
+    `cache` when given (callers must not mutate the result)."""
+    if cache is not None:
+        key = (idx, gate, rngs)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = _lane_plan(idx, gate, rngs)
+        return got
     lane_free_gate = gate is None or not _uses_any(gate, rngs)
     coefs = affine_coefficients(idx, list(rngs)) if lane_free_gate else None
     if coefs is not None:
@@ -279,44 +305,67 @@ def _subst(u: UOp, rngs: tuple[UOp, ...], combo: tuple[int, ...], memo: _Memo) -
     return got
 
 
-def _access_rngs(ptr: UOp, rngs: list[UOp]) -> tuple[UOp, ...]:
-    """The ranges of `rngs` that the address or gate of memory access `ptr` (an INDEX) depends on."""
+def _access_rngs(ptr: UOp, rngs: list[UOp], cache: dict[UOp, tuple[UOp, ...]] | None = None) -> tuple[UOp, ...]:
+    """The ranges of `rngs` that the address or gate of memory access `ptr` (an INDEX) depends on (remembered in
+    `cache`, which must only ever be used with the same `rngs`)."""
+    if cache is not None and ptr in cache:
+        return cache[ptr]
     nodes = ptr.src[1].toposort()
     if len(ptr.src) > 2:
         nodes.update(ptr.src[2].toposort())
-    return tuple(r for r in rngs if r in nodes)
+    found = tuple(r for r in rngs if r in nodes)
+    if cache is not None:
+        cache[ptr] = found
+    return found
 
 
-def _presimplify(sink: UOp, rngs: list[UOp], memo: _Memo) -> None:
+def _presimplify(
+    sink: UOp, rngs: list[UOp], memo: _Memo, access_cache: dict[UOp, tuple[UOp, ...]], plan_cache: dict[Any, Any]
+) -> None:
     """Fill `memo` with the simplified lane addresses (and gates) of every memory access of `sink` in one
     simplification pass over all of them: the per-access expressions share most of their nodes (a kernel's
     accesses differ in a few terms), and a rewrite's result for a node depends on that node only, so the results
     are exactly those of simplifying each one alone, for a fraction of the work."""
     keys: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []
     exprs: list[UOp] = []
+    # the all-zero lane of every access (the only one of an affine access) is one substitution for all of them:
+    # setting every expanded range to 0 is the same as setting the access's own ranges to 0, as it uses no other
+    zero_keys: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []
+    zero_parts: list[UOp] = []
     for u in sink.toposort():
-        if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX:
+        if (u.op is not Ops.LOAD and u.op is not Ops.STORE) or u.src[0].op is not Ops.INDEX:
             continue
         ptr = u.src[0]
         if not isinstance(ptr.dtype, PtrDType):
             continue
-        access = _access_rngs(ptr, rngs)
+        access = _access_rngs(ptr, rngs, access_cache)
         if not access:
             continue
         idx, gate = ptr.src[1], ptr.src[2] if len(ptr.src) > 2 else None
-        _, combos = _lane_plan(idx, gate, access)
+        _, combos = _lane_plan(idx, gate, access, plan_cache)
         for part in (idx, gate) if gate is not None else (idx,):
             for combo in combos:
                 key = (part, access, combo)
                 if key not in memo:
                     memo[key] = part  # placeholder, replaced below
-                    keys.append(key)
-                    exprs.append(_substituted(part, access, combo))
+                    if any(combo):
+                        keys.append(key)
+                        exprs.append(_substituted(part, access, combo))
+                    else:
+                        zero_keys.append(key)
+                        zero_parts.append(part)
+    if zero_parts:
+        zero = UOp.sink(*zero_parts).substitute({r: UOp.const(r.dtype, 0) for r in rngs})
+        keys, exprs = zero_keys + keys, [*zero.src, *exprs]
     if not exprs:
         return
-    simplified = graph_rewrite_map(UOp.sink(*exprs), symbolic, name="simplify")
-    for key, expr in zip(keys, exprs):
-        memo[key] = simplified.get(expr, expr)
+    if Ops.SINK in symbolic.ops:  # a rule could change the SINK itself: map each expression back
+        simplified = graph_rewrite_map(UOp.sink(*exprs), symbolic, name="simplify")
+        results = [simplified.get(expr, expr) for expr in exprs]
+    else:  # the SINK is only rebuilt from its simplified sources, in order
+        results = list(graph_rewrite(UOp.sink(*exprs), symbolic, name="simplify").src)
+    for key, result in zip(keys, results):
+        memo[key] = result
 
 
 def _address(buf: UOp, base: UOp | None, off: int, gate: UOp | None) -> UOp:
@@ -328,10 +377,10 @@ def _expand_load(ld: UOp, ctx: _MemCtx) -> UOp | None:
     ptr = ld.src[0]
     if ptr.op is not Ops.INDEX or not isinstance(ptr.dtype, PtrDType):
         return None
-    rngs = _access_rngs(ptr, ctx.rngs)
+    rngs = _access_rngs(ptr, ctx.rngs, ctx.access)
     if not rngs:
         return None
-    la = _LaneAddress(ptr, rngs, ctx.memo)
+    la = _LaneAddress(ptr, rngs, ctx.memo, ctx.plans)
     alt = ld.src[1] if len(ld.src) > 1 else UOp.const(ld.dtype, 0)
     lane_src: list[UOp | tuple[UOp, int]] = [alt] * len(la.lanes)
     for base, off, g, elems in la.chunks(ctx.max_width, dedupe=True, gated_width=GATED_LOAD_WIDTH):
@@ -363,10 +412,10 @@ def _expand_store(st: UOp, ctx: _MemCtx) -> list[UOp] | None:
     ptr, val = st.src
     if ptr.op is not Ops.INDEX or not isinstance(ptr.dtype, PtrDType):
         return None
-    rngs = _access_rngs(ptr, ctx.rngs)
+    rngs = _access_rngs(ptr, ctx.rngs, ctx.access)
     if not rngs:
         return None
-    la = _LaneAddress(ptr, rngs, ctx.memo)
+    la = _LaneAddress(ptr, rngs, ctx.memo, ctx.plans)
     c = val.dtype.count
     value = UOp(Ops.CONTRACT, val.dtype.scalar().vec(c * prod(n for _, n in la.axes)), (val,), la.axes)
     stores = []
@@ -380,6 +429,8 @@ class _MemCtx:
     def __init__(self, rngs: list[UOp], max_width: int):
         self.rngs, self.max_width = rngs, max_width
         self.memo: _Memo = {}
+        self.access: dict[UOp, tuple[UOp, ...]] = {}  # memory access INDEX -> the ranges of `rngs` it uses
+        self.plans: dict[Any, Any] = {}  # (index, gate, ranges) -> `_lane_plan`
 
 
 pm_expand_memory = PatternMatcher(
@@ -389,7 +440,7 @@ pm_expand_memory = PatternMatcher(
 
 def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int) -> UOp:
     ctx = _MemCtx(rngs, max_width)
-    _presimplify(sink, rngs, ctx.memo)
+    _presimplify(sink, rngs, ctx.memo, ctx.access, ctx.plans)
     stores: list[UOp] = []
     for st in sink.src:
         if st.op is Ops.STORE:
@@ -409,7 +460,7 @@ def _swizzle(s: UOp, axes: Axes) -> UOp:
     total = prod(n for _, n in axes)
     if s.op is Ops.UNROLL:
         c = s.dtype.count
-        order = [_lane(s.arg, axes, combo) * c + e for combo in _combos(axes) for e in range(c)]
+        order = [lane * c + e for lane in _lanes(s.arg, axes) for e in range(c)]
         return _gep(s.src[0], order)
     c = s.dtype.count
     if c == 1:
@@ -433,7 +484,7 @@ def _expand_op(x: UOp) -> UOp | None:
         return None
     axes = _merge_axes(*(s.arg for s in x.src if s.op is Ops.UNROLL))
     total = prod(n for _, n in axes)
-    index_math = any(t.dtype.scalar() == dtypes.index for t in (x, *x.src))
+    index_math = any(_is_index(t.dtype.scalar()) for t in (x, *x.src))
     if (
         x.op in _ELEMENTWISE
         and not index_math
@@ -611,13 +662,13 @@ def expand_vectors(sink: UOp, max_width: int = MAX_ACCESS_WIDTH) -> UOp:
     size_one = {
         x: UOp.const(x.dtype, 0)
         for x in sink.toposort()
-        if x.op is Ops.RANGE and x.arg[1] in EXPAND_TYPES and _size(x) == 1
+        if x.op is Ops.RANGE and x.arg[1] in _EXPAND_SET and _size(x) == 1
     }
     if size_one:
         sink = _drop_ranges(sink, size_one)
     sink = graph_rewrite(sink, pm_unroll_wide, name="expand_unroll_wide")
     rngs = _expanded_ranges(sink)
-    has_lanes = any(u.op in (Ops.UNROLL, Ops.CONTRACT) for u in sink.toposort())
+    has_lanes = any(u.op in _LANE_OPS for u in sink.toposort())
     if not rngs and not has_lanes:
         return sink
     sink = _expand_memory(sink, rngs, max_width)
@@ -648,7 +699,7 @@ def _drop_ranges(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
     def fn(u: UOp, src: tuple[UOp, ...]) -> UOp | None:
         if u in mapping:
             return mapping[u]
-        if u.op in (Ops.REDUCE, Ops.END):
+        if u.op is Ops.REDUCE or u.op is Ops.END:
             keep = tuple(s for s in src[1:] if s.op is not Ops.CONST)
             if len(keep) != len(src) - 1:
                 return u.replace(src=(src[0], *keep)) if keep or u.op is Ops.END else src[0]
@@ -697,7 +748,7 @@ pm_unroll_scalar = PatternMatcher([(UPat(Ops.REDUCE, name="red"), _unroll_reduce
 def expand_scalar(sink: UOp) -> UOp:
     """Expand ``UNROLL`` reduce ranges by folding scalar copies of the reduced value, and ``UPCAST`` output ranges
     by repeating each store that depends on them (one copy per lane, in lane order)."""
-    if any(u.op in (Ops.UNROLL, Ops.CONTRACT, Ops.WMMA) for u in sink.toposort()):
+    if any(u.op in _VECTOR_OPS for u in sink.toposort()):
         raise ValueError("vector lanes (tensor cores) need a renderer with supports_float4")
     sink = graph_rewrite(sink, pm_unroll_scalar, name="expand_unroll")
     ups = [r for r in sink.toposort() if r.op is Ops.RANGE and r.arg[1] is AxisType.UPCAST]

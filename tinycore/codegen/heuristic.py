@@ -93,7 +93,7 @@ def _accesses(k: Kernel) -> list[tuple[UOp, bool]]:
     """The global memory accesses of the kernel: (INDEX, is_store)."""
     out = []
     for u in k.sink.toposort():
-        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
+        if (u.op is Ops.LOAD or u.op is Ops.STORE) and u.src[0].op is Ops.INDEX:
             ptr = u.src[0]
             if isinstance(ptr.src[0].dtype, PtrDType) and ptr.src[0].op is Ops.DEFINE_GLOBAL:
                 out.append((ptr, u.op is Ops.STORE))

@@ -83,6 +83,10 @@ __all__ = ["Kernel", "KernelOptError", "Opt", "OptOps", "TCCandidate"]
 
 OUTPUT_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
 REDUCE_TYPES = (AxisType.GROUP_REDUCE, AxisType.REDUCE, AxisType.UNROLL)
+# membership tests use sets: AxisType/Ops define __lt__, so `in` on a tuple calls a Python-level __eq__
+_REDUCE_SET = frozenset(REDUCE_TYPES)
+_LOCAL_SET = frozenset({AxisType.LOCAL, AxisType.GROUP_REDUCE})
+_REGISTER_PATH_OPS = frozenset({Ops.INDEX, Ops.AFTER, Ops.CAST})
 TC_LANE_AXIS = 1 << 24  # axis ids of tensor-core lane axes start here: they sort after (inside) every other axis
 
 
@@ -193,8 +197,12 @@ class Kernel:
     @property
     def rngs(self) -> list[UOp]:
         """Every RANGE of the kernel: output axes first, then reduce axes; by axis id within each."""
-        rs = [u for u in self.sink.toposort() if u.op is Ops.RANGE]
-        return sorted(rs, key=lambda r: (r.arg[1] in REDUCE_TYPES, range_key(r)))
+        cached = self.__dict__.get("_rngs_of")  # (sink, its ranges): asked many times per opt, walked once
+        if cached is None or cached[0] is not self.sink:
+            rs = [u for u in self.sink.toposort() if u.op is Ops.RANGE]
+            cached = (self.sink, sorted(rs, key=lambda r: (r.arg[1] in _REDUCE_SET, range_key(r))))
+            self._rngs_of = cached
+        return list(cached[1])
 
     @property
     def full_shape(self) -> tuple[sint, ...]:
@@ -209,7 +217,7 @@ class Kernel:
     @property
     def output_axes(self) -> list[UOp]:
         """The output axes `LOCAL`/`UPCAST`/`THREAD` split (``LOOP`` and ``GLOBAL`` ranges)."""
-        return [r for r in self.rngs if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)]
+        return [r for r in self.rngs if r.arg[1] is AxisType.LOOP or r.arg[1] is AxisType.GLOBAL]
 
     @property
     def reduce_axes(self) -> list[UOp]:
@@ -520,7 +528,7 @@ class Kernel:
         sink = _group_reduces(sink, ctx)
         all_rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=range_key)
         globals_ = [r for r in all_rngs if r.arg[1] is AxisType.GLOBAL]
-        locals_ = [r for r in all_rngs if r.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)]
+        locals_ = [r for r in all_rngs if r.arg[1] in _LOCAL_SET]
         _check(has_local or not (globals_ or locals_), "the device has no launch ids for GLOBAL/LOCAL axes")
         mapping: dict[UOp, UOp] = {}
         threads = [r for r in all_rngs if r.arg[1] is AxisType.THREAD]
@@ -537,9 +545,12 @@ class Kernel:
         regs = _RegCtx()
         sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
         sink = lower_reduces(sink, first_reg=regs.next_reg)
-        sink = graph_rewrite(sink, pm_wmma_accumulate, name="wmma_accumulate")
         if ren is not None and "MULACC" in ren.native_ops:
-            sink = graph_rewrite(sink, pm_fuse_accumulate, name="fuse_accumulate")
+            # one walk for both: their rules match different STORE values (ADD of WMMA vs ADD of MUL) and neither
+            # rule's result matches the other, so this is the same as running them one after the other
+            sink = graph_rewrite(sink, pm_wmma_fuse_accumulate, name="wmma_fuse_accumulate")
+        else:
+            sink = graph_rewrite(sink, pm_wmma_accumulate, name="wmma_accumulate")
         return simplify_sink(sink, name="simplify_kernel")
 
 
@@ -644,7 +655,7 @@ def _is_register_read(x: UOp) -> bool:
     for _ in range(8):
         if ptr.op is Ops.DEFINE_REG:
             return True
-        if ptr.op not in (Ops.INDEX, Ops.AFTER, Ops.CAST) or not ptr.src:
+        if ptr.op not in _REGISTER_PATH_OPS or not ptr.src:
             return False
         ptr = ptr.src[0]
     return False
@@ -667,6 +678,8 @@ pm_fuse_accumulate = PatternMatcher(
     ],
     name="fuse_accumulate",
 )
+
+pm_wmma_fuse_accumulate = pm_wmma_accumulate + pm_fuse_accumulate
 
 
 def _sym_name(s: UOp) -> str:
@@ -730,7 +743,7 @@ def _group_reduces(sink: UOp, ctx: _FinalCtx) -> UOp:
     """REDUCEs over GROUP_REDUCE ranges: per-lane partial reduce -> shared memory -> BARRIER -> serial reduce of
     the group's partials; stores that don't depend on the group lanes are gated to lane 0."""
     ctx.local_rngs = sorted(
-        (u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)),
+        (u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in _LOCAL_SET),
         key=range_key,
     )
     group_rngs = [r for r in ctx.local_rngs if r.arg[1] is AxisType.GROUP_REDUCE]

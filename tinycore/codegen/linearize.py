@@ -25,6 +25,7 @@ How nodes are placed:
 from __future__ import annotations
 
 import heapq
+from operator import itemgetter
 from typing import Any
 
 from tinycore.codegen.lowerer import range_key, scopes
@@ -48,7 +49,8 @@ _RANK = {
     Ops.VCONST: 4,
     Ops.SPECIAL: 5,
 }
-_SKIP = (Ops.SINK, Ops.GROUP, Ops.NOOP)
+_first = itemgetter(0)
+_SKIP = frozenset({Ops.SINK, Ops.GROUP, Ops.NOOP})  # sets: `in` on a tuple of Ops calls __eq__
 
 
 def _nest(nodes: list[UOp], sc: dict[UOp, frozenset[UOp]]) -> dict[UOp, UOp | None]:
@@ -135,9 +137,11 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
             for level, iu in mine.items():
                 is_ = theirs.get(level)
                 if is_ is not None:
+                    # the innermost block holding both; in every block outside it both sit in the same loop
                     found = True
                     if is_ is not iu:
                         deps[iu].add(is_)
+                    break
             if not found and s.op is not Ops.RANGE and home(s) not in mine:
                 raise LinearizeError(f"{u.op} uses {s.op}, which is computed inside a loop it is not in")
 
@@ -163,9 +167,9 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
             for d in deps[it]:
                 if d in pending:
                     users.setdefault(d, []).append(it)
-        ready = sorted((it for it, n in pending.items() if n == 0), key=prio)
+        ready = sorted([(prio(it), it) for it, n in pending.items() if n == 0], key=_first)
         done = 0
-        heap = [(prio(it), i, it) for i, it in enumerate(ready)]
+        heap = [(p, i, it) for i, (p, it) in enumerate(ready)]
         heapq.heapify(heap)
         counter = len(heap)
         while heap:
@@ -208,7 +212,7 @@ def _finalize(order: list[UOp], ends: dict[UOp, UOp]) -> list[UOp]:
         if u.op is Ops.END:
             new[u] = push(UOp(Ops.END, u.dtype, (out[-1], new[u.src[1]])))
             continue
-        src = tuple(new[ends[s]] if s in ends else new[s] for s in u.src)
+        src = tuple([new[ends[s]] if s in ends else new[s] for s in u.src])
         ptr = src[0] if src else None
         if (
             u.op is Ops.STORE
@@ -235,19 +239,21 @@ def _finalize(order: list[UOp], ends: dict[UOp, UOp]) -> list[UOp]:
     return _drop_dead(out)
 
 
-_KEEP = (
-    Ops.STORE,
-    Ops.END,
-    Ops.IF,
-    Ops.ENDIF,
-    Ops.BARRIER,
-    Ops.RANGE,
-    Ops.DEFINE_GLOBAL,
-    Ops.DEFINE_VAR,
-    Ops.DEFINE_LOCAL,
-    Ops.DEFINE_REG,
-    Ops.SPECIAL,
-    Ops.CUSTOM,
+_KEEP = frozenset(
+    {
+        Ops.STORE,
+        Ops.END,
+        Ops.IF,
+        Ops.ENDIF,
+        Ops.BARRIER,
+        Ops.RANGE,
+        Ops.DEFINE_GLOBAL,
+        Ops.DEFINE_VAR,
+        Ops.DEFINE_LOCAL,
+        Ops.DEFINE_REG,
+        Ops.SPECIAL,
+        Ops.CUSTOM,
+    }
 )
 
 

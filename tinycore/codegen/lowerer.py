@@ -119,14 +119,21 @@ def scopes(root: UOp, cache: dict[UOp, frozenset[UOp]] | None = None) -> dict[UO
     """For every node under `root`: the RANGEs it must run inside (the ranges it depends on, minus those closed
     by an END or reduced by a REDUCE on the way). `cache` may be shared between calls."""
     out = {} if cache is None else cache
+    empty: frozenset[UOp] = frozenset()
     for u in root.toposort():
         if u in out:
             continue
-        s: frozenset[UOp] = frozenset().union(*(out[x] for x in u.src)) if u.src else frozenset()
-        if u.op is Ops.RANGE:
+        src = u.src
+        s = out[src[0]] if src else empty
+        for x in src[1:]:  # most sources share their scope (often the very same set): union only what's new
+            t = out[x]
+            if t is not s and not t <= s:
+                s = s | t
+        op = u.op
+        if op is Ops.RANGE:
             s = s | {u}
-        elif u.op in (Ops.END, Ops.REDUCE):
-            s = s - set(u.src[1:])
+        elif op is Ops.END or op is Ops.REDUCE:
+            s = s - set(src[1:])
         out[u] = s
     return out
 
@@ -144,6 +151,8 @@ def kernel_shape(u: UOp, cache: dict[UOp, tuple[sint, ...] | None] | None = None
     (3, 2)
     """
     memo = {} if cache is None else cache
+    if u in memo:  # asked again (the index pass asks for every node's shape): no walk
+        return memo[u]
     for n in u.toposort():
         if n in memo:
             continue
@@ -151,16 +160,21 @@ def kernel_shape(u: UOp, cache: dict[UOp, tuple[sint, ...] | None] | None = None
     return memo[u]
 
 
+# membership tests use sets: Ops define __lt__, so `in` on a tuple of Ops calls a Python-level __eq__
+_SCALAR_LEAVES = frozenset({Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR, Ops.BIND})
+_VALUE_LEAVES = frozenset({Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
+
+
 def _node_shape(n: UOp, memo: dict[UOp, Any]) -> tuple[sint, ...] | None:
     op = n.op
     if op is Ops.DEFINE_GLOBAL:
         size = n.dtype.size if isinstance(n.dtype, PtrDType) else -1
         return (size,)
-    if op in (Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR, Ops.BIND):
+    if op in _SCALAR_LEAVES:
         return ()
-    if op in (Ops.LOAD, Ops.STORE):
+    if op is Ops.LOAD or op is Ops.STORE:
         return memo[n.src[-1]] if op is Ops.STORE else memo[n.src[0]]
-    if op in (Ops.RESHAPE, Ops.EXPAND):
+    if op is Ops.RESHAPE or op is Ops.EXPAND:
         return tuple(_ssimp(s) for s in n.arg)
     if op is Ops.IOTA:
         return (_ssimp(n.arg),)
@@ -180,7 +194,7 @@ def _node_shape(n: UOp, memo: dict[UOp, Any]) -> tuple[sint, ...] | None:
         if op is Ops.FLIP:
             return src
         return tuple(1 if i in n.arg[1] else s for i, s in enumerate(src))
-    if op in GroupOp.Elementwise or op in (Ops.NOOP, Ops.AFTER):
+    if op in GroupOp.Elementwise or op is Ops.NOOP or op is Ops.AFTER:
         shapes = [memo.get(s) for s in (n.src if op in GroupOp.Elementwise else n.src[:1])]
         shapes = [s for s in shapes if s is not None]
         return max(shapes, key=len) if shapes else None
@@ -301,7 +315,7 @@ class _LowerCtx:
 
 def _lidx(value: UOp, idx: Sequence[UOp], gate: UOp | None) -> UOp:
     """The lowering-form INDEX of a value (arg = the accumulated validity gate)."""
-    if value.op in (Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR) and not value.src:
+    if value.op in _VALUE_LEAVES and not value.src:
         return value
     if value.op is Ops.BIND:
         return value.src[0]
@@ -350,7 +364,7 @@ def _push_index(ctx: _LowerCtx, x: UOp) -> UOp | None:
             raise LoweringError(f"LOAD of {buf.op}: kernel inputs must be LOAD(DEFINE_GLOBAL)")
         ptr = UOp(Ops.INDEX, buf.dtype, (buf, idx[0]) if gate is None else (buf, idx[0], gate))
         return UOp(Ops.LOAD, v.dtype, (ptr,) if gate is None else (ptr, UOp.const(v.dtype, 0)))
-    if op in (Ops.CONST, Ops.VCONST):
+    if op is Ops.CONST or op is Ops.VCONST:
         return v.replace(src=()) if v.src else v
     if op is Ops.DEFINE_VAR:
         return v
@@ -370,7 +384,7 @@ def _push_index(ctx: _LowerCtx, x: UOp) -> UOp | None:
             else:
                 raise LoweringError(f"{op} source of shape {s_shape} doesn't match {shape}: broadcast it explicitly")
         return UOp(op, v.dtype, tuple(srcs), v.arg)
-    if op in (Ops.NOOP, Ops.AFTER):
+    if op is Ops.NOOP or op is Ops.AFTER:
         return _lidx(v.src[0], idx, gate)
     raise LoweringError(f"{op} can't appear inside a kernel AST (see docs/pipeline.md §2)")
 
@@ -500,16 +514,14 @@ def substitute_ranges(sink: UOp, replace: dict[UOp, tuple[UOp, tuple[UOp, ...]]]
         if not u.src:
             done[u] = u
             continue
-        if u.op in (Ops.REDUCE, Ops.END):
+        if u.op is Ops.REDUCE or u.op is Ops.END:
             rest: list[UOp] = []
             for r in u.src[1:]:
                 rest.extend(replace[r][1] if r in replace else (done[r],))
             new_src = (done[u.src[0]], *rest)
         else:
-            new_src = tuple(done[s] for s in u.src)
-        done[u] = (
-            u if all(a is b for a, b in zip(new_src, u.src)) and len(new_src) == len(u.src) else u.replace(src=new_src)
-        )
+            new_src = tuple([done[s] for s in u.src])
+        done[u] = u if new_src == u.src else u.replace(src=new_src)  # tuples of UOps compare by identity
     return done[sink]
 
 
@@ -517,9 +529,9 @@ def map_nodes(sink: UOp, fn: Callable[[UOp, tuple[UOp, ...]], UOp | None]) -> UO
     """Rebuild a graph sources-first; `fn(node, new sources)` may return a replacement (None keeps the node)."""
     done: dict[UOp, UOp] = {}
     for u in sink.toposort():
-        new_src = tuple(done[s] for s in u.src)
+        new_src = tuple([done[s] for s in u.src])
         r = fn(u, new_src)
         if r is None:
-            r = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+            r = u if new_src == u.src else u.replace(src=new_src)  # tuples of UOps compare by identity
         done[u] = r
     return done[sink]

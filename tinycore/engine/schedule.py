@@ -291,6 +291,15 @@ class _Walk:
         self.key = (tuple(self._enc), root_ids)
         self.var_vals = {var.arg[0]: value for var, value in self._binds.items()} if self._binds else {}
 
+    @classmethod
+    def of_chain(cls, leaf: UOp) -> _Walk:
+        """What the walk of an eager chain over the BUFFER `leaf` finds (see `schedule_for_run`); no key."""
+        walk = cls.__new__(cls)
+        buf = _buffers.get(leaf)
+        walk.in_uops, walk.in_bufs = [leaf], [buf if buf is not None else buffer_of(leaf)]
+        walk.slot_of, walk.var_vals, walk.subst, walk.key = {leaf: 0}, {}, {}, None
+        return walk
+
     def _visit(self, node: UOp) -> Any:
         """The key reference of `node`: its position in the key, or the node itself when its sub-graph holds no
         buffer and no bind (then it is never given a position, so the key does not depend on whether the purity
@@ -403,6 +412,78 @@ def _strip_binds(arg: Any, var_vals: dict[UOp, int]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# eager chain keys: the cache key of an elementwise chain, built with its tensors
+#
+# An eager loop rebuilds the same chain of elementwise ops on the same realized input every call, so its nodes are
+# new each time and the key walk above visits all of them. The tensor front end instead gives each node of such a
+# chain a key as it is built, `UOp._eager_key = (structure id, BUFFER leaf)`: ids number the distinct structures
+# (a BUFFER's dtype, size and device; a node's op, whether its dtype is bool or its operand's, and its sources: ids,
+# or a constant by identity, in order), so a node's id says what the walk of its graph would find apart from the
+# leaf's `Buffer`. A chain whose walk found nothing but that structure (no realized node
+# read instead, no bound variable) has its schedule remembered by structure id, and later realizes of the same
+# structure skip the walk. A node that an earlier realize computed is recomputed instead of read: the value is
+# the same (nothing in the chain writes), and the root itself, which the realized table must serve, is checked.
+
+_CHAIN_IDS_LIMIT = 65536  # structures remembered; beyond, the table starts over (ids are never reused)
+_chain_ids: dict[tuple, int] = {}
+_next_chain_id = itertools.count(1).__next__
+_eager_entries: dict[int, _Entry] = {}  # structure id -> the cached schedule of that chain (see `schedule_for_run`)
+_set_eager_key = UOp._eager_key.__set__  # the slot descriptor: UOp.__setattr__ refuses
+_BOOL_DTYPE = dtypes.bool
+
+
+def _chain_id(structure: tuple) -> int:
+    sid = _chain_ids.get(structure)
+    if sid is None:
+        if len(_chain_ids) >= _CHAIN_IDS_LIMIT:
+            _chain_ids.clear()
+        sid = _chain_ids[structure] = _next_chain_id()
+    return sid
+
+
+def _eager_key_of(uop: UOp) -> tuple[int, UOp | None] | None:
+    """`uop`'s eager chain key; a BUFFER's is computed here (its leaf is itself, stored as None: no cycle)."""
+    key = uop._eager_key
+    if key is None and uop.op is _BUFFER:
+        key = (_chain_id((_BUFFER, uop.dtype, uop.arg, uop.src[1].arg)), None)
+        _set_eager_key(uop, key)
+    return key
+
+
+def note_elementwise_with_constant(node: UOp, value: UOp, constant: UOp) -> None:
+    """Give `node`, a binary elementwise op of a tensor's graph `value` and a sub-graph `constant` without buffers
+    or variables (a broadcast scalar), its eager chain key when `value` has one (see `schedule_for_run`)."""
+    key = value._eager_key
+    if key is None:
+        if value.op is not _BUFFER:
+            return
+        key = _eager_key_of(value)
+    dtype = node.dtype
+    if dtype is not value.dtype and dtype is not _BOOL_DTYPE:
+        return  # the key names the dtype by "same as the value's" or "bool" only
+    structure = (node.op, key[0], constant, node.src[0] is constant, dtype is _BOOL_DTYPE)  # type: ignore[index]
+    sid = _chain_ids.get(structure)
+    if sid is None:
+        sid = _chain_id(structure)
+    _set_eager_key(node, (sid, key[1] or value))  # type: ignore[index]
+
+
+def note_elementwise_pair(node: UOp, first: UOp, second: UOp) -> None:
+    """Give `node` = op(`first`, `second`), a binary elementwise op of two tensors' graphs, its eager chain key when
+    both have one over the same BUFFER leaf (see `schedule_for_run`)."""
+    key_a = first._eager_key if first.op is not _BUFFER else _eager_key_of(first)
+    if key_a is None:
+        return
+    key_b = second._eager_key if second.op is not _BUFFER else _eager_key_of(second)
+    if key_b is None or (key_a[1] or first) is not (key_b[1] or second):
+        return
+    dtype = node.dtype
+    if dtype is not first.dtype and dtype is not _BOOL_DTYPE:
+        return
+    _set_eager_key(node, (_chain_id((node.op, key_a[0], key_b[0], dtype is _BOOL_DTYPE)), key_a[1] or first))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # cache entries: a schedule in terms of slots
 
 
@@ -487,6 +568,7 @@ SCHEDULE_CACHE_LIMIT = 4096  # entries; the oldest is dropped beyond (graphs who
 def clear_schedule_cache() -> None:
     """Forget every cached schedule (the next realize of each graph schedules it again)."""
     _schedule_cache.clear()
+    _eager_entries.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -514,12 +596,23 @@ def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer],
     """`schedule_outputs` for the realize engine, without `ScheduleItem`s: the cached schedule, the walk (its
     `var_vals`), the buffer of every slot and the new uop of every root (roots on one device each: no `MULTI`).
     The realized table is updated as in `schedule_outputs`."""
-    walk = _Walk(roots)
-    entry = _schedule_cache.get(walk.key)
-    if entry is not None:
+    chain = roots[0]._eager_key if len(roots) == 1 else None
+    entry = _eager_entries.get(chain[0]) if chain is not None else None
+    if entry is not None and _realized_data.get(id(roots[0])) is None:
+        walk = _Walk.of_chain(chain[1])  # type: ignore[index]
         schedule_stats.hits += 1
     else:
-        entry = _schedule_miss(roots, walk)
+        walk = _Walk(roots)
+        entry = _schedule_cache.get(walk.key)
+        if entry is not None:
+            schedule_stats.hits += 1
+        else:
+            entry = _schedule_miss(roots, walk)
+        if chain is not None and chain[1] is not None and walk.in_uops == [chain[1]] and not walk.subst:
+            if not walk.var_vals and not entry.written_inputs:  # the walk found the chain's structure only
+                if len(_eager_entries) >= SCHEDULE_CACHE_LIMIT:
+                    _eager_entries.clear()
+                _eager_entries[chain[0]] = entry
     bufs = entry.buffers(walk)
     new_uops = entry.output_uops(walk, bufs)
     written = entry.written_inputs
@@ -579,6 +672,7 @@ def _schedule_miss(roots: Sequence[UOp], walk: _Walk) -> _Entry:
     entry = _Scheduler(roots, walk).entry
     if len(_schedule_cache) >= SCHEDULE_CACHE_LIMIT:
         del _schedule_cache[next(iter(_schedule_cache))]
+        _eager_entries.clear()  # it may hold the dropped entry
     _schedule_cache[walk.key] = entry
     if DEBUG >= 3:
         _print_entry(entry)

@@ -463,7 +463,31 @@ def cast_value(value: Any, dtype: DType, bitcast_from: DType | None = None) -> A
 _INT_BOUNDS: dict[DType, tuple[int, int]] = {
     dt: (dtypes.min(dt), dtypes.max(dt)) for dt in dtypes.fields().values() if dtypes.is_int(dt) and dt != dtypes.index
 }
-_ucache: dict[tuple, weakref.ReferenceType] = {}  # hash-consing cache: (op, dtype, src, arg key, tag) -> weakref
+_ucache: dict[tuple, weakref.ReferenceType] = {}  # hash-consing cache: (op, dtype token, src, arg key, tag) -> weakref
+
+# The hash-consing key names a dtype by a small int, one per distinct dtype value: `DType.__hash__` is Python code,
+# and the key is hashed three times in a node's life (lookup, insert, removal). Tokens are found by the dtype
+# object's id (the object is kept alive, so the id stays its own; the table starts over beyond a bound, as codegen
+# makes short-lived pointer dtypes), and `_dtype_canon` keeps one token per value for good.
+_DTYPE_IDS_LIMIT = 4096
+_dtype_canon: dict[DType, int] = {}
+_dtype_tokens: dict[int, int] = {}
+_dtype_kept: list[DType] = []
+
+
+def _dtype_token(dtype: DType) -> int:
+    """The hash-consing token of `dtype`'s value, remembered for this object."""
+    token = _dtype_canon.get(dtype)
+    if token is None:
+        token = _dtype_canon[dtype] = len(_dtype_canon)
+    if len(_dtype_kept) >= _DTYPE_IDS_LIMIT:
+        _dtype_tokens.clear()
+        _dtype_kept.clear()
+    _dtype_tokens[id(dtype)] = token
+    _dtype_kept.append(dtype)
+    return token
+
+
 _SENTINEL: Any = object()
 
 
@@ -479,20 +503,9 @@ def _const_key(arg: Any) -> Any:
     return (type(arg), arg)
 
 
-class UOp:
-    """An immutable, hash-consed IR node `(op, dtype, src, arg, tag)`.
-
-    Construction returns the existing node when one with the same fields is alive, so structurally equal UOps are
-    the same object (`==` is identity, hashing is by id). Python operators build ALU graphs; comparisons return
-    UOps, so use `.eq()` / `.ne()` and `resolve()` for Python decisions.
-
-    >>> a = UOp.const(dtypes.int, 3)
-    >>> a is UOp(Ops.CONST, dtypes.int, (), 3)
-    True
-    >>> i = UOp.range(16, 0)
-    >>> (i * 4 + 2).vmax, ((i * 4 + 2) % 4).simplify().arg
-    (62, 2)
-    """
+class _UOpFields:
+    """The storage of a `UOp`, without its immutability: `UOp.__new__` fills a new node as one of these with plain
+    (fast) slot stores, then makes it a `UOp`. Nothing else ever holds one."""
 
     __slots__ = (
         "op",
@@ -507,8 +520,27 @@ class UOp:
         "_depth",
         "_ts",
         "_canon",  # set by the symbolic simplifier: this node is a fixed point of linear normalization
+        "_eager_key",  # set by the tensor front end: (structure id, BUFFER leaf) of an elementwise chain, else None
         "__weakref__",
     )
+
+
+class UOp(_UOpFields):
+    """An immutable, hash-consed IR node `(op, dtype, src, arg, tag)`.
+
+    Construction returns the existing node when one with the same fields is alive, so structurally equal UOps are
+    the same object (`==` is identity, hashing is by id). Python operators build ALU graphs; comparisons return
+    UOps, so use `.eq()` / `.ne()` and `resolve()` for Python decisions.
+
+    >>> a = UOp.const(dtypes.int, 3)
+    >>> a is UOp(Ops.CONST, dtypes.int, (), 3)
+    True
+    >>> i = UOp.range(16, 0)
+    >>> (i * 4 + 2).vmax, ((i * 4 + 2) % 4).simplify().arg
+    (62, 2)
+    """
+
+    __slots__ = ()
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -518,10 +550,13 @@ class UOp:
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
         if type(src) is not tuple:
             src = tuple(src)
-        if op is Ops.CONST or op is Ops.VCONST or type(arg) in _TYPED_ARGS:
-            key = (op, dtype, src, _const_key(arg), tag)
+        dtype_token = _dtype_tokens.get(id(dtype))
+        if dtype_token is None:
+            dtype_token = _dtype_token(dtype)
+        if op is _CONST_OP or op is _VCONST_OP or type(arg) in _TYPED_ARGS:
+            key = (op, dtype_token, src, _const_key(arg), tag)
         else:
-            key = (op, dtype, src, arg, tag)
+            key = (op, dtype_token, src, arg, tag)
         try:
             ref = _ucache.get(key)
         except TypeError:
@@ -530,15 +565,18 @@ class UOp:
             existing = ref()
             if existing is not None:
                 return existing
-        self = object.__new__(cls)
-        _set = object.__setattr__
-        _set(self, "op", op)
-        _set(self, "dtype", dtype)
-        _set(self, "src", src)
-        _set(self, "arg", arg)
-        _set(self, "tag", tag)
-        _set(self, "_key", key)
-        _ucache[key] = weakref.ref(self)
+        # filled as a plain slotted object (a store costs a few instructions; through `object.__setattr__` or a slot
+        # descriptor it is a call), then given its class: one checked call instead of seven
+        self = _new_object(_UOpFields)
+        self.op = op
+        self.dtype = dtype
+        self.src = src
+        self.arg = arg
+        self.tag = tag
+        self._key = key
+        self._eager_key = None
+        _set_object_attr(self, "__class__", cls)
+        _ucache[key] = _weakref(self)
         return self
 
     def __del__(self) -> None:
@@ -1305,6 +1343,13 @@ class UOp:
 
     def __str__(self) -> str:
         return _uop_repr(self)
+
+
+# hot in `UOp.__new__` (every node built goes through it): bound once here
+_new_object = object.__new__
+_weakref = weakref.ref
+_set_object_attr = object.__setattr__
+_CONST_OP, _VCONST_OP = Ops.CONST, Ops.VCONST
 
 
 def _uop_from_flat(flat: tuple) -> UOp:

@@ -17,6 +17,7 @@ import inspect
 import itertools
 import linecache
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
 
 TRACK_REWRITES = ContextVar("TRACK_REWRITES", 0)  # 1: record every pass in `rewrite_traces`; 2: and every rule hit
 
+_ALL_OPS = tuple(Ops)
 _ANY: Any = type("_AnyArg", (), {"__repr__": lambda self: "<any>"})()  # "arg not constrained"
 
 
@@ -639,7 +641,7 @@ def _fallback_call(rule: _Rule) -> Callable[[UOp, Any], UOp | None]:
 
 
 class PatternMatcher:
-    """An ordered list of rewrite rules `(UPat, fn)`, compiled into one Python function per op on first use.
+    """An ordered list of rewrite rules `(UPat, fn)`, compiled into one Python function per op on its first use.
 
     `fn(**names)` (or `fn(ctx, **names)` when its first parameter is named `ctx`) returns the replacement or None.
     Rules are tried in list order; the first one returning a new node wins. Matchers compose with `+`.
@@ -656,6 +658,8 @@ class PatternMatcher:
         self.rules = [_analyse_rule(p, fn, i) for i, (p, fn) in enumerate(self.patterns)]
         self._dispatch: dict[Ops, Callable[[UOp, Any], UOp | None]] | None = None
         self._traced: dict[Ops, Callable[[UOp, Any], UOp | None]] | None = None
+        self._per_op: dict[Ops, list[tuple[_Rule, UPat | None]]] | None = None
+        self._ops: frozenset[Ops] | None = None
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         names = [n for n in (self.name, other.name) if n]
@@ -669,7 +673,7 @@ class PatternMatcher:
 
     @property
     def dispatch(self) -> dict[Ops, Callable[[UOp, Any], UOp | None]]:
-        """`{op: fn(uop, ctx) -> replacement | None}`, compiled on first access."""
+        """`{op: fn(uop, ctx) -> replacement | None}`; each op's function is generated on its first call."""
         if self._dispatch is None:
             self._dispatch = self._compile(traced=False)
         return self._dispatch
@@ -686,52 +690,94 @@ class PatternMatcher:
         fn = self.dispatch.get(uop.op)
         return fn(uop, ctx) if fn is not None else None
 
+    @property
+    def ops(self) -> frozenset[Ops]:
+        """The ops a rule of this matcher can match (the keys of `dispatch`): a pass over a graph holding none of
+        them changes nothing.
+
+        >>> PatternMatcher([(UPat(Ops.ADD, src=[UPat.var("x"), UPat.cvar(arg=0)]), lambda x: x)]).ops
+        frozenset({Ops.ADD})
+        """
+        if self._ops is None:
+            self._ops = frozenset(self._rules_per_op())
+        return self._ops
+
+    def _rules_per_op(self) -> dict[Ops, list[tuple[_Rule, UPat | None]]]:
+        """`{op: [(rule, alternative-free pattern or None for an interpreted rule), ...]}` in rule order."""
+        if self._per_op is None:
+            per_op: dict[Ops, list[tuple[_Rule, UPat | None]]] = {}
+            for rule in self.rules:
+                pats: list[UPat | None] = [None] if rule.fallback else list(rule.expansions)
+                for pat in pats:
+                    if pat is None:
+                        ops = rule.pattern.op if rule.pattern.alts is None else None
+                    else:
+                        ops = pat.op
+                    for op in _ALL_OPS if ops is None else ops:
+                        per_op.setdefault(op, []).append((rule, pat))
+            self._per_op = per_op
+        return self._per_op
+
     def _compile(self, traced: bool) -> dict[Ops, Callable[[UOp, Any], UOp | None]]:
-        per_op: dict[Ops, list[tuple[_Rule, UPat | None]]] = {}
-        for rule in self.rules:
-            pats: list[UPat | None] = [None] if rule.fallback else list(rule.expansions)
-            for pat in pats:
-                if pat is None:
-                    ops = rule.pattern.op if rule.pattern.alts is None else None
-                else:
-                    ops = pat.op
-                for op in list(Ops) if ops is None else ops:
-                    per_op.setdefault(op, []).append((rule, pat))
+        """`{op: function}` where each function compiles the real matcher for its op on its first call and puts it
+        in the dict in its place (a kernel meets a few dozen of the ~100 ops, so most are never generated)."""
+        table: dict[Ops, Callable[[UOp, Any], UOp | None]] = {}
+        for op in self._rules_per_op():
+            table[op] = self._lazy_entry(table, op, traced)
+        return table
+
+    def _lazy_entry(
+        self, table: dict[Ops, Callable[[UOp, Any], UOp | None]], op: Ops, traced: bool
+    ) -> Callable[[UOp, Any], UOp | None]:
+        def first_call(u: UOp, ctx: Any) -> UOp | None:
+            fn = table[op] = self._compile_op(op, traced)
+            return fn(u, ctx)
+
+        return first_call
+
+    def _emit_op(self, gen: _CodeGen, op: Ops, traced: bool) -> str:
+        """Append the source of the matcher function for `op` to `gen.lines`; returns the function's name."""
+        fname = f"match_{op.name}"
+        gen.lines.append(f"def {fname}(u, ctx):")
+        blocks: list[tuple[list[tuple[str, str]], list[str], str]] = []
+        for rule, pat in self._rules_per_op()[op]:
+            on_hit = (
+                f"if r is not None and r is not u: return _hit(_pm, {rule.index}, u, r)"
+                if traced
+                else "if r is not None and r is not u: return r"
+            )
+            comment = f"# rule {rule.index}: {rule.location}"
+            if pat is None:
+                blocks.append(([], [f"r = {gen.const(_fallback_call(rule))}(u, ctx)", on_hit], comment))
+                continue
+            gen.nvar = 0  # deterministic names: rules with the same leading checks share them
+            bound: dict[str, str] = {}
+            steps = gen.node_steps(pat, "u", bound, skip_op=True) + gen.src_steps(pat, "u", bound)
+            blocks.append((steps, [f"r = {_call_text(gen, rule, bound)}", on_hit], comment))
+        gen.emit_shared(blocks)
+        gen.lines.append("    return None")
+        return fname
+
+    def _filename(self, traced: bool, op: Ops | None = None) -> str:
+        where = f"{self.name or id(self)}{'' if op is None else ':' + op.name}"
+        return f"<PatternMatcher {where}{' traced' if traced else ''}>"
+
+    def _compile_op(self, op: Ops, traced: bool) -> Callable[[UOp, Any], UOp | None]:
         ns: dict[str, Any] = {"_hit": _report_hit, "_pm": self}
         gen = _CodeGen(ns)
-        fn_names: dict[Ops, str] = {}
-        for op, entries in per_op.items():
-            fname = f"match_{op.name}"
-            fn_names[op] = fname
-            gen.lines.append(f"def {fname}(u, ctx):")
-            blocks: list[tuple[list[tuple[str, str]], list[str], str]] = []
-            for rule, pat in entries:
-                on_hit = (
-                    f"if r is not None and r is not u: return _hit(_pm, {rule.index}, u, r)"
-                    if traced
-                    else "if r is not None and r is not u: return r"
-                )
-                comment = f"# rule {rule.index}: {rule.location}"
-                if pat is None:
-                    blocks.append(([], [f"r = {gen.const(_fallback_call(rule))}(u, ctx)", on_hit], comment))
-                    continue
-                gen.nvar = 0  # deterministic names: rules with the same leading checks share them
-                bound: dict[str, str] = {}
-                steps = gen.node_steps(pat, "u", bound, skip_op=True) + gen.src_steps(pat, "u", bound)
-                blocks.append((steps, [f"r = {_call_text(gen, rule, bound)}", on_hit], comment))
-            gen.emit_shared(blocks)
-            gen.lines.append("    return None")
+        fname = self._emit_op(gen, op, traced)
         source = "\n".join(gen.lines) + "\n"
-        filename = f"<PatternMatcher {self.name or id(self)}{' traced' if traced else ''}>"
+        filename = self._filename(traced, op)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         exec(compile(source, filename, "exec"), ns)  # noqa: S102
-        return {op: ns[fname] for op, fname in fn_names.items()}
+        return ns[fname]
 
     def source(self) -> str:
-        """The generated matching code (for debugging the compiler)."""
-        _ = self.dispatch
-        filename = f"<PatternMatcher {self.name or id(self)}>"
-        return "".join(linecache.cache[filename][2])
+        """The generated matching code of every op (for debugging the compiler)."""
+        gen = _CodeGen({"_hit": _report_hit, "_pm": self})
+        for op in self._rules_per_op():
+            self._emit_op(gen, op, traced=False)
+        return "\n".join(gen.lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -792,23 +838,42 @@ def _bad_result(name: str | None, node: UOp, result: Any) -> None:
     )
 
 
+class _InProgress:
+    """The `replace` entry of a node whose rewrite is under way: meeting it again means a rule built a cycle."""
+
+    __slots__ = ()
+
+
+_IN_PROGRESS: Any = _InProgress()
+
+
+def _cycle_error(name: str | None, node: UOp) -> RewriteError:
+    return RewriteError(
+        f"rewrite pass {name!r}: a rule built a cycle through {node.op} (it returned a graph containing the node "
+        "being rewritten)"
+    )
+
+
 def _rewrite_sources_first(
     root: UOp, dispatch: dict[Ops, Callable], ctx: Any, replace: dict[UOp, UOp], name: str | None
 ) -> UOp:
+    # The stack holds a bare UOp for "visit this node" and a tuple `(node, rebuilt, replacement)` for "its sources
+    # are done" (`rebuilt` None) or "its replacement is done". A node being worked on maps to `_IN_PROGRESS` in
+    # `replace` (one dict serves as both the result map and the cycle check).
     get = dispatch.get
-    active: set[UOp] = set()
-    stack: list[tuple[UOp, int, Any]] = [(root, 0, None)]
+    seen = replace.get
+    busy = _IN_PROGRESS
+    stack: list[Any] = [root]
     push, pop = stack.append, stack.pop
     while stack:
-        n, stage, extra = pop()
-        if stage == 0:
-            if n in replace:
+        entry = pop()
+        if type(entry) is UOp:
+            n = entry
+            got = seen(n)
+            if got is not None:
+                if got is busy:
+                    raise _cycle_error(name, n)
                 continue
-            if n in active:
-                raise RewriteError(
-                    f"rewrite pass {name!r}: a rule built a cycle through {n.op} (it returned a graph "
-                    "containing the node being rewritten)"
-                )
             src = n.src
             if not src:  # a leaf: match it right away (the common no-match case needs no bookkeeping)
                 f = get(n.op)
@@ -818,24 +883,31 @@ def _rewrite_sources_first(
                     continue
                 if type(r) is not UOp:
                     _bad_result(name, n, r)
-                active.add(n)
-                push((n, 2, (n, r)))
-                push((r, 0, None))
+                replace[n] = busy
+                push((n, n, r))
+                push(r)
                 continue
-            active.add(n)
-            push((n, 1, None))
+            replace[n] = busy
+            push((n, None, None))
             for s in reversed(src):
-                if s not in replace:
-                    push((s, 0, None))
-        elif stage == 1:
+                got = seen(s)
+                if got is None:
+                    push(s)
+                elif got is busy:
+                    raise _cycle_error(name, s)
+            continue
+        n, nn, r = entry
+        if nn is None:  # the sources are rewritten: rebuild the node if one changed, then match it
             src = n.src
-            nn = n
             new_src = tuple([replace[s] for s in src])
+            nn = n
             if new_src != src:  # element-wise identity: UOps compare by identity
                 nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag)
-                if nn in replace:
-                    replace[n] = replace[nn]
-                    active.discard(n)
+                got = seen(nn)
+                if got is not None:
+                    if got is busy:
+                        raise _cycle_error(name, nn)
+                    replace[n] = got
                     continue
             f = get(nn.op)
             r = f(nn, ctx) if f is not None else None
@@ -843,19 +915,16 @@ def _rewrite_sources_first(
                 replace[n] = nn
                 if nn is not n:
                     replace[nn] = nn
-                active.discard(n)
-            else:
-                if type(r) is not UOp:
-                    _bad_result(name, nn, r)
-                push((n, 2, (nn, r)))
-                push((r, 0, None))
-        else:
-            nn, r = extra
+                continue
+            if type(r) is not UOp:
+                _bad_result(name, nn, r)
+            push((n, nn, r))
+            push(r)
+        else:  # the replacement is rewritten
             res = replace[r]
             replace[n] = res
             if nn is not n:
                 replace[nn] = res
-            active.discard(n)
     return replace[root]
 
 
@@ -919,6 +988,12 @@ def _rewrite_node_first(
     return replace[root]
 
 
+# The ops of the graphs recent passes returned (a superset: every node a pass finished with), so that the next pass
+# over the same graph can be skipped when its matcher matches none of them. Passes run back to back on one graph,
+# so this costs one set per pass and no extra walk; weak keys: an entry lives as long as its graph.
+_graph_ops: weakref.WeakKeyDictionary[UOp, frozenset[Ops]] = weakref.WeakKeyDictionary()
+
+
 def _run_pass(
     sink: UOp,
     pm: PatternMatcher,
@@ -932,8 +1007,13 @@ def _run_pass(
         raise TypeError(f"graph_rewrite needs a UOp, got {type(sink).__name__}")
     tracing = DEBUG >= 5 or TRACK_REWRITES >= 1
     if not tracing:
-        runner = _rewrite_node_first if bottom_up else _rewrite_sources_first
-        out = runner(sink, pm.dispatch, ctx, replace, name)
+        known = _graph_ops.get(sink)
+        if known is not None and known.isdisjoint(pm.ops):
+            out = sink  # no node has an op any rule matches: the pass would change nothing (`replace` stays empty)
+        else:
+            runner = _rewrite_node_first if bottom_up else _rewrite_sources_first
+            out = runner(sink, pm.dispatch, ctx, replace, name)
+            _graph_ops[out] = frozenset([u.op for u in replace.values()])
     else:
         rec = _PassRecorder(keep_steps=TRACK_REWRITES >= 2)
         _recorders.append(rec)
@@ -1008,7 +1088,10 @@ def graph_rewrite_map(
     """
     replace: dict[UOp, UOp] = {}
     _run_pass(sink, pm, ctx, bottom_up, name, spec, replace)
-    result = {k: replace[k] for k in sink.toposort() if k in replace}
+    if replace:
+        result = {k: replace[k] for k in sink.toposort() if k in replace}
+    else:  # the pass was skipped (nothing it could match): every node maps to itself
+        result = {k: k for k in sink.toposort()}
     if input_map is not None:
         return {k: result.get(v, v) for k, v in input_map.items()}
     return result

@@ -108,7 +108,7 @@ def _decompose(u: UOp, distribute: bool, limit: int = 48) -> tuple[dict[UOp, int
             stack.append((n.src[0], -c))
         elif op is Ops.MUL and (n.src[1].op is Ops.CONST or n.src[0].op is Ops.CONST):
             k, other = (n.src[1].arg, n.src[0]) if n.src[1].op is Ops.CONST else (n.src[0].arg, n.src[1])
-            if not distribute and other.op in (Ops.ADD, Ops.SUB):
+            if not distribute and (other.op is Ops.ADD or other.op is Ops.SUB):
                 terms[other] = terms.get(other, 0) + c * k
             else:
                 stack.append((other, c * k))
@@ -180,7 +180,7 @@ def _smaller(new: UOp | None, old: UOp) -> UOp | None:
 
 def _fold_alu(x: UOp) -> UOp | None:
     operand_dtype = x.src[-1].dtype if x.op in GroupOp.Comparison or x.op is Ops.WHERE else x.dtype
-    if x.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_float(operand_dtype):
+    if (x.op is Ops.IDIV or x.op is Ops.MOD) and not dtypes.is_float(operand_dtype):
         divisor = x.src[1].arg
         if divisor == 0 or (isinstance(divisor, tuple) and 0 in divisor):
             return None  # undefined in C: leave it for the device
@@ -211,7 +211,7 @@ def _int_zero(x: UOp) -> UOp | None:
 
 def _swap_const(x: UOp, c: UOp, y: UOp) -> UOp | None:
     """Commutative op with the constant first: put the constant second (canonical order helps CSE)."""
-    if y.op in (Ops.CONST, Ops.VCONST):
+    if y.op is Ops.CONST or y.op is Ops.VCONST:
         return None
     return UOp(x.op, x.dtype, (y, c), x.arg, x.tag)
 
@@ -593,6 +593,7 @@ symbolic_flat = symbolic + PatternMatcher(
 # index dtype lowering
 
 _INT32_RANGE = (-(2**31), 2**31 - 1)
+_MEMORY_OPS = frozenset({Ops.INDEX, Ops.LOAD, Ops.STORE})  # a set: `in` on a tuple of Ops calls __eq__
 _SAME_DTYPE_SRCS = (GroupOp.Binary - {Ops.THREEFRY}) | {Ops.MULACC, Ops.VECTORIZE}
 
 
@@ -603,7 +604,7 @@ def _concrete_index_dtype(u: UOp) -> DType:
     if lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]:
         wide = True
     for s in u.src:
-        if s.dtype.scalar() in (dtypes.int64, dtypes.uint64) and u.op not in (Ops.INDEX, Ops.LOAD, Ops.STORE):
+        if s.dtype.scalar() in (dtypes.int64, dtypes.uint64) and u.op not in _MEMORY_OPS:
             wide = True
     base = dtypes.int64 if wide else dtypes.int32
     return base.vec(u.dtype.count) if u.dtype.count > 1 else base
@@ -639,7 +640,7 @@ def _lower_index_node(u: UOp) -> UOp | None:
         src = _unify_int_srcs(src, u.op, dt)
     elif u.op is Ops.CAST and src[0].dtype == dt:
         return src[0]
-    elif u.op in (Ops.RANGE, Ops.SPECIAL):
+    elif u.op is Ops.RANGE or u.op is Ops.SPECIAL:
         src = (src[0].cast(dt),)
     elif u.op is Ops.BIND:
         src = (src[0], UOp(Ops.CONST, src[0].dtype, (), src[1].arg))
