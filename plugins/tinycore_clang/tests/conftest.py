@@ -1,5 +1,6 @@
-"""Fixtures of the tinycore-clang tests: a private disk cache for the session, a CLANG device opened directly, and a
-`tinycore_clang.testing.Runner` on it."""
+"""Fixtures of the tinycore-clang tests: a private disk cache for the session, a CLANG device opened directly (with the
+backend ``CLANG_BACKEND`` picks, or pinned to the C backend for tests about C source, CUSTOM C code or the C
+compiler), and a `tinycore_clang.testing.Runner` on each."""
 
 from __future__ import annotations
 
@@ -44,3 +45,21 @@ def run_uops(clang):
     from tinycore_clang.testing import Runner
 
     return Runner(clang)
+
+
+@pytest.fixture(scope="session")
+def clang_c():
+    """A CLANG device pinned to the C backend, whatever ``CLANG_BACKEND`` says (skips when no C compiler)."""
+    if not toolchain.find_compiler().ok:
+        pytest.skip(NO_COMPILER)
+    from tinycore_clang.device import ClangDevice
+
+    return ClangDevice("CLANG", backend="c")
+
+
+@pytest.fixture(scope="session")
+def run_uops_c(clang_c):
+    """A `tinycore_clang.testing.Runner` on the C-backend device `clang_c`."""
+    from tinycore_clang.testing import Runner
+
+    return Runner(clang_c)

@@ -23,7 +23,7 @@ def _src(clang, name: str, n: int = 8) -> str:
     return clang.renderer.render(elementwise(Ops.ADD, [dtypes.float32] * 2, dtypes.float32, n), name=name)
 
 
-def test_clang_links_with_the_drivers_own_linker_command(clang):
+def test_clang_links_with_the_drivers_own_linker_command(clang_c):
     path = shutil.which("clang")
     if path is None:
         pytest.skip(NO_CLANG)
@@ -31,21 +31,21 @@ def test_clang_links_with_the_drivers_own_linker_command(clang):
     command = compiler.link_command()
     assert command and os.path.isabs(command[0]) and command.count("{obj}") == 1 and command.count("{out}") == 1
     assert command.index("{obj}") < command.index("-lgcc")  # the object before the libraries it needs
-    lib = compiler.compile(_src(clang, "ksplit"))
+    lib = compiler.compile(_src(clang_c, "ksplit"))
     a, b = np.arange(8, dtype=np.float32), np.full(8, 2, np.float32)
     assert (
-        Runner(clang).launch(_src(clang, "ksplit"), lib, [np.zeros(8, np.float32), a, b])[0].tolist()
+        Runner(clang_c).launch(_src(clang_c, "ksplit"), lib, [np.zeros(8, np.float32), a, b])[0].tolist()
         == (a + b).tolist()
     )
 
 
-def test_gcc_links_through_its_driver(clang):
+def test_gcc_links_through_its_driver(clang_c):
     path = shutil.which("gcc")
     if path is None:
         pytest.skip(NO_GCC)
     compiler = ClangCompiler(cc=path)
     assert compiler.link_command() == []
-    assert compiler.compile(_src(clang, "kgcc"))[:4] == b"\x7fELF"
+    assert compiler.compile(_src(clang_c, "kgcc"))[:4] == b"\x7fELF"
 
 
 def test_default_flags_keep_kernels_out_of_their_wrappers():
@@ -100,14 +100,17 @@ def test_a_compile_error_in_a_batch_names_its_kernel(clang, monkeypatch):
     broken: list[str] = []
 
     def render_breaking_the_reduce(renderer, p):
-        """Render normally, but put a C error into the (first) reduce kernel."""
+        """Render normally, but put an error (C or LLVM IR, as the backend renders) into the (first) reduce kernel."""
         src = real(renderer, p)
         if not broken and p.function_name.startswith("r_"):
             broken.append(p.function_name)
         if broken and p.function_name == broken[0]:
-            src = src.replace(
-                f"void {p.function_name}(", f"int broken_{p.function_name} = nowhere;\nvoid {p.function_name}(", 1
-            )
+            name = p.function_name
+            ir_head = f"define dso_local void @{name}("
+            if ir_head in src:
+                src = src.replace(ir_head, f"@broken_{name} = global i32 nowhere\n{ir_head}", 1)
+            else:
+                src = src.replace(f"void {name}(", f"int broken_{name} = nowhere;\nvoid {name}(", 1)
         return src
 
     monkeypatch.setattr(exec_item, "render_program", render_breaking_the_reduce)

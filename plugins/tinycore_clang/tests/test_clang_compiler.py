@@ -22,6 +22,12 @@ NO_CLANG = "clang not installed"
 NO_GCC = "gcc not installed"
 
 
+@pytest.fixture(scope="module")
+def clang(clang_c):
+    """This file is about the C backend's compiler: the CLANG device pinned to it, whatever ``CLANG_BACKEND`` says."""
+    return clang_c
+
+
 def _kernel_src(clang, name: str = "kadd", n: int = 8) -> str:
     return clang.renderer.render(elementwise(Ops.ADD, [dtypes.float32] * 2, dtypes.float32, n), name=name)
 
@@ -209,7 +215,7 @@ def test_no_compiler_on_path_makes_clang_unavailable_with_a_fix(tmp_path):
 
 
 def _run_with_cc(cc: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CC": cc}
+    env = {**os.environ, "CC": cc, "CLANG_BACKEND": "c"}
     env.pop("DEV", None)
     code = (
         "import numpy as np\n"

@@ -1,5 +1,8 @@
 """Native thread pool of CLANG: ``core_id`` kernels run their chunks on real pthreads in one foreign call,
-`tc_run_batch` honours dependencies between items, ``THREADS=1`` runs everything on the caller, fork is safe."""
+`tc_run_batch` honours dependencies between items, ``THREADS=1`` runs everything on the caller, fork is safe.
+
+The programs that read thread ids or spin on an atomic counter are ``CUSTOM`` C code, so their tests pin the C
+backend (`clang_c`); the pool itself is the same for both backends."""
 
 from __future__ import annotations
 
@@ -69,35 +72,35 @@ def rendezvous_program(nchunks: int) -> list[UOp]:
     return b.uops
 
 
-def test_core_id_kernel_runs_each_chunk_on_its_own_thread(clang, run_uops):
-    old = clang.threads
-    clang.threads = 2
+def test_core_id_kernel_runs_each_chunk_on_its_own_thread(clang_c, run_uops_c):
+    old = clang_c.threads
+    clang_c.threads = 2
     try:
-        out, tids = run_uops(chunks_program(2, 8), [np.zeros(16, np.int32), np.zeros(2, np.int64)])
+        out, tids = run_uops_c(chunks_program(2, 8), [np.zeros(16, np.int32), np.zeros(2, np.int64)])
     finally:
-        clang.threads = old
+        clang_c.threads = old
     assert out.tolist() == [0] * 8 + [1] * 8
     assert tids[0] != 0 and tids[1] != 0
     assert tids[0] != tids[1], "both chunks ran on the same thread"
 
 
-def test_chunks_really_run_concurrently(clang, run_uops):
-    old = clang.threads
-    clang.threads = 2
+def test_chunks_really_run_concurrently(clang_c, run_uops_c):
+    old = clang_c.threads
+    clang_c.threads = 2
     try:
-        ok, counter = run_uops(rendezvous_program(2), [np.zeros(2, np.int32), np.zeros(1, np.int32)])
+        ok, counter = run_uops_c(rendezvous_program(2), [np.zeros(2, np.int32), np.zeros(1, np.int32)])
     finally:
-        clang.threads = old
+        clang_c.threads = old
     assert counter.tolist() == [2]
     assert ok.tolist() == [1, 1], "the two chunks never ran at the same time"
 
 
-def test_more_chunks_than_threads_and_oversubscription(clang, run_uops):
-    old = clang.threads
+def test_more_chunks_than_threads_and_oversubscription(clang_c, run_uops_c):
+    old = clang_c.threads
     try:
         for threads, nchunks in ((2, 8), (4, 4), (3, 7)):
-            clang.threads = threads
-            out, tids = run_uops(
+            clang_c.threads = threads
+            out, tids = run_uops_c(
                 chunks_program(nchunks, 5), [np.zeros(nchunks * 5, np.int32), np.zeros(nchunks, np.int64)]
             )
             assert out.tolist() == [c for c in range(nchunks) for _ in range(5)]
@@ -105,7 +108,7 @@ def test_more_chunks_than_threads_and_oversubscription(clang, run_uops):
             assert len(set(tids.tolist())) == used  # chunk t runs on thread t % threads
             assert all(tids[t] == tids[t % used] for t in range(nchunks))
     finally:
-        clang.threads = old
+        clang_c.threads = old
 
 
 def test_symbolic_core_count_uses_global_size(clang, run_uops):
@@ -184,7 +187,7 @@ core = UOp(Ops.SPECIAL, dtypes.int32, (c(2),), "core_id")
 tid = UOp(Ops.CUSTOM, dtypes.int64, (), "({{ extern unsigned long pthread_self(void); (long long)pthread_self(); }})")
 b = ProgramBuilder(); b.add(out, tids, core, tids.index(core).store(tid)); i = b.add(loop(8))
 b.add(out.index(core * c(8) + i).store(core).end(i))
-dev = ClangDevice(); run = Runner(dev)
+dev = ClangDevice(backend="c"); run = Runner(dev)  # CUSTOM C code: the C backend
 """
 
 

@@ -78,9 +78,9 @@ def run_uops(llvm_clang):
 
 
 @pytest.fixture(scope="module")
-def run_c(clang):
-    """`Runner` on the C backend."""
-    return Runner(clang)
+def run_c(clang_c):
+    """`Runner` on the C backend (pinned: the session's `clang` device follows ``CLANG_BACKEND``)."""
+    return Runner(clang_c)
 
 
 @pytest.fixture(scope="module")

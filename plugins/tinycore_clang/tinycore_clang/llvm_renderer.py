@@ -43,17 +43,16 @@ from dataclasses import dataclass
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore_clang.kernel_params import KernelParams, c_identifier, kernel_params
 from tinycore_clang.libllvm import find_library, uses_typed_pointers
 from tinycore_clang.renderer import (
-    ABI_VERSION,
     ClangRenderer,
     ClangRenderError,
-    _c_identifier,
     _find_index,
     _KernelWriter,
     _name_from_uops,
     _next_pow2,
-    _root_buffer,
+    index_only_values,
 )
 
 LLVM_KERNEL_MARKER = "; tinycore-clang kernel "
@@ -83,6 +82,7 @@ _FLOAT_BINARY = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "f
 _INT_BINARY = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 _FLOAT_COMPARE = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}
 _TWO_63 = 2.0**63
+_CUSTOM_REFUSED = "CUSTOM holds C code, which the llvm backend can't compile; use CLANG_BACKEND=c"
 
 
 def _is_x86_host() -> bool:
@@ -178,6 +178,15 @@ def _lanes(dtype: DType, count: int) -> DType:
     return dtype.vec(count) if count > 1 else dtype
 
 
+def _int_type(bits: int, count: int) -> str:
+    """The LLVM type of `count` lanes of ``iN``: ``iN`` or ``<count x iN>`` (``i1``: masks of compares and selects).
+
+    >>> _int_type(32, 1), _int_type(1, 4)
+    ('i32', '<4 x i1>')
+    """
+    return f"<{count} x i{bits}>" if count > 1 else f"i{bits}"
+
+
 def _intrinsic_suffix(dtype: DType) -> str:
     scalar = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.float16: "f16"}[dtype.scalar()]
     return f"v{dtype.count}{scalar}" if dtype.count > 1 else scalar
@@ -219,7 +228,7 @@ class LLVMRenderer(ClangRenderer):
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """The LLVM IR module of one kernel. `name` is the function name; without it the name comes from the
         program's SINK, else ``kernel``. Raises `ClangRenderError` for programs it can't express (``CUSTOM``)."""
-        fname = _c_identifier(name or _name_from_uops(uops) or "kernel")
+        fname = c_identifier(name or _name_from_uops(uops) or "kernel")
         return _IRWriter(uops, fname, _is_x86_host(), self.typed_pointers).write()
 
 
@@ -238,9 +247,8 @@ class _IRWriter:
         self.block = "entry"
         self.stack: list[_Construct] = []
         self.scope: tuple[int, ...] = ()
-        self.index_only = _KernelWriter(uops, name).index_only
+        self.index_only = index_only_values(uops)
         self.streaming = False
-        self.core_id: UOp | None = None
 
     # ----- output helpers -----
     def fresh(self, prefix: str = "t") -> str:
@@ -348,30 +356,23 @@ class _IRWriter:
     # ----- the module -----
     def write(self) -> str:
         """The whole module: marker, kernel, trampoline, info string, declarations and metadata."""
-        globals_, variables, writable = self.scan()
-        nbufs = max(globals_) + 1 if globals_ else 0
+        kernel = self.scan()
         params, call_args, tramp, prologue = [], [], [], []
-        for i in range(nbufs):
-            self.buffer_parameter(i, globals_.get(i), i in writable or None in writable, params, call_args, tramp)
-        letters = ""
-        for j, v in enumerate(variables):
-            vname = f"%var_{_c_identifier(v.arg[0])}" if isinstance(v.arg, tuple) else f"%var{j}"
-            ptype = "i32" if v.dtype == dtypes.int32 else "i64"
-            letters += "i" if ptype == "i32" else "q"
-            params.append(f"{ptype} {vname}")
+        for i, g in enumerate(kernel.buffers):
+            self.buffer_parameter(i, g, i in kernel.written, params, call_args, tramp)
+        for j, var in enumerate(kernel.variables):
+            ptype = "i64" if var.wide else "i32"
+            params.append(f"{ptype} %{var.name}")
             tramp.append(f"  %vp{j} = getelementptr inbounds i64, {self.ptr('i64')} %vals, i64 {j}")
             tramp.append(f"  %v{j} = load i64, {self.ptr('i64')} %vp{j}, align 8")
             if ptype == "i32":
                 tramp.append(f"  %v{j}.i = trunc i64 %v{j} to i32")
             call_args.append(f"{ptype} %v{j}{'.i' if ptype == 'i32' else ''}")
-            self.define(v, self.widen_param(vname, ptype, v.dtype, prologue))
-        cores = 0
-        if self.core_id is not None:
+            self.define(var.uop, self.widen_param(f"%{var.name}", ptype, var.uop.dtype, prologue))
+        if kernel.core_id is not None:
             params.append("i32 %core_id")
             call_args.append("i32 %core_id")
-            self.define(self.core_id, self.widen_param("%core_id", "i32", self.core_id.dtype, prologue))
-            size = self.core_id.src[0] if self.core_id.src else None
-            cores = int(size.arg) if size is not None and size.op is Ops.CONST else -1
+            self.define(kernel.core_id, self.widen_param("%core_id", "i32", kernel.core_id.dtype, prologue))
         self.lines.extend(prologue)
         for u in self.uops:
             self.render_uop(u)
@@ -380,7 +381,7 @@ class _IRWriter:
         if self.streaming:  # streaming stores are weakly ordered: make them visible before the launch returns
             self.emit(f"call void {self.intrinsic('llvm.x86.sse.sfence', 'void', [])}()")
         self.emit("ret void")
-        info = f"tc{ABI_VERSION} bufs={nbufs} vars={letters} cores={cores}"
+        info = kernel.info
         bufs_type, vals_type = self.ptr(self.ptr("i8")), self.ptr("i64")
         out = [
             f"{LLVM_KERNEL_MARKER}{self.name}",
@@ -410,31 +411,12 @@ class _IRWriter:
             out.append("!0 = !{i32 1}")
         return "\n".join(out) + "\n"
 
-    def scan(self) -> tuple[dict[int, UOp], list[UOp], set[int | None]]:
-        """The program's buffers by index, its variables in order, and the indices of the buffers it stores to
-        (None in the set: a store through an unknown pointer, so every buffer may be written). Finds the core id
-        and refuses CUSTOM and GPU launch ids."""
-        globals_: dict[int, UOp] = {}
-        variables: list[UOp] = []
-        writable: set[int | None] = set()
-        for u in self.uops:
-            if u.op is Ops.DEFINE_GLOBAL:
-                if u.arg in globals_ and globals_[u.arg] is not u:
-                    raise self.fail(u, f"two DEFINE_GLOBALs with index {u.arg}")
-                globals_[u.arg] = u
-            elif u.op is Ops.DEFINE_VAR and u not in variables:
-                variables.append(u)
-            elif u.op is Ops.STORE:
-                target = _root_buffer(u.src[0])
-                if target is None or target.op is Ops.DEFINE_GLOBAL:
-                    writable.add(None if target is None else target.arg)
-            elif u.op is Ops.CUSTOM:
-                raise self.fail(u, "CUSTOM holds C code, which the llvm backend can't compile; use CLANG_BACKEND=c")
-            elif u.op is Ops.SPECIAL:
-                if u.arg != "core_id":
-                    raise self.fail(u, "the CPU has no GPU-style launch ids (only SPECIAL 'core_id')")
-                self.core_id = u
-        return globals_, variables, writable
+    def scan(self) -> KernelParams:
+        """The kernel's parameters (`tinycore_clang.kernel_params`); refuses CUSTOM (C code) and GPU launch ids."""
+        custom = next((u for u in self.uops if u.op is Ops.CUSTOM), None)
+        if custom is not None:
+            raise self.fail(custom, _CUSTOM_REFUSED)
+        return kernel_params(self.uops, self.fail)
 
     def buffer_parameter(
         self, i: int, g: UOp | None, written: bool, params: list[str], call_args: list[str], tramp: list[str]
@@ -448,7 +430,7 @@ class _IRWriter:
             params.append(f"{raw} noalias nocapture readnone %unused{i}")
             call_args.append(f"{raw} %b{i}")
             return
-        pointee = g.dtype.base if isinstance(g.dtype, PtrDType) else g.dtype
+        pointee = KernelParams.pointee(g)
         ptype = self.ptr(_stride_type(pointee))
         if self.typed:
             tramp.append(f"  %b{i}.t = bitcast i8* %b{i} to {ptype}")
@@ -526,7 +508,7 @@ class _IRWriter:
             self.pointees[u] = u.dtype.base
             self.define(u, self.repoint(self.get(u.src[0]), _stride_type(have), _stride_type(u.dtype.base)))
         elif op is Ops.CUSTOM:
-            raise self.fail(u, "CUSTOM holds C code, which the llvm backend can't compile; use CLANG_BACKEND=c")
+            raise self.fail(u, _CUSTOM_REFUSED)
         elif op is Ops.VECTORIZE:
             self.define(u, self.vectorize(u))
         elif op is Ops.GEP:
@@ -872,7 +854,7 @@ class _IRWriter:
             b = args[1]
             greater = self.inst(f"fcmp ogt {ftype} {b}, {a}")
             nan = self.inst(f"fcmp uno {ftype} {b}, {b}")
-            ctype = llvm_type(dtypes.bool.vec(dtype.count) if dtype.count > 1 else dtypes.bool)
+            ctype = _int_type(1, dtype.count)
             take = self.inst(f"or {ctype} {greater}, {nan}")
             return self.inst(f"select {ctype} {take}, {ftype} {b}, {ftype} {a}")
         if op is Ops.IDIV:
@@ -914,7 +896,7 @@ class _IRWriter:
             return self.inst(f"add {flags}{itype} {product}, {args[2]}")
         if op is Ops.MAX:
             greater = self.inst(f"icmp {'sgt' if signed else 'ugt'} {itype} {b}, {a}")
-            return self.inst(f"select {self.mask_type(dtype)} {greater}, {itype} {b}, {itype} {a}")
+            return self.inst(f"select {_int_type(1, dtype.count)} {greater}, {itype} {b}, {itype} {a}")
         if op in (Ops.IDIV, Ops.MOD):
             return self.int_division(u, op, a, b, signed)
         if op in (Ops.SHL, Ops.SHR):
@@ -922,11 +904,6 @@ class _IRWriter:
         if op is Ops.TRUNC:
             return a
         raise self.fail(u, f"{op} is not defined on {scalar}")
-
-    @staticmethod
-    def mask_type(dtype: DType) -> str:
-        """The i1 (vector) type with `dtype`'s lane count."""
-        return f"<{dtype.count} x i1>" if dtype.count > 1 else "i1"
 
     @staticmethod
     def const_lanes(text: str, count: int) -> list[int] | None:
@@ -953,7 +930,7 @@ class _IRWriter:
         lanes = self.const_lanes(b, dtype.count)
         if lanes is not None and all(v != 0 and not (signed and v == -1) for v in lanes):
             return self.inst(f"{instr} {itype} {a}, {b}")
-        mask = self.mask_type(dtype)
+        mask = _int_type(1, dtype.count)
         zero, one = self.const_like(0, dtype), self.const_like(1, dtype)
         is_zero = self.inst(f"icmp eq {itype} {b}, {zero}")
         unsafe = is_zero
@@ -1000,7 +977,7 @@ class _IRWriter:
         )
         if lanes is not None and all(not 0 <= v < bits for v in lanes):
             return overflow
-        mask = self.mask_type(dtype)
+        mask = _int_type(1, dtype.count)
         in_range = self.inst(f"icmp ult {itype} {b}, {self.const_like(bits, dtype)}")
         safe = self.inst(f"select {mask} {in_range}, {itype} {b}, {itype} {self.const_like(0, dtype)}")
         shifted = self.inst(f"{instr} {itype} {a}, {safe}")
@@ -1012,7 +989,7 @@ class _IRWriter:
         f32 = llvm_type(_lanes(dtypes.float32, count))
         if dtype == dtypes.float16:
             return self.inst(f"fpext {llvm_type(_lanes(dtype, count))} {x} to {f32}")
-        i16, i32 = self.int_types(count, 16), self.int_types(count, 32)
+        i16, i32 = _int_type(16, count), _int_type(32, count)
         wide = self.inst(f"zext {i16} {x} to {i32}")
         shifted = self.inst(f"shl {i32} {wide}, {self.int_splat(16, count, 32)}")
         return self.inst(f"bitcast {i32} {shifted} to {f32}")
@@ -1022,8 +999,8 @@ class _IRWriter:
         f32 = llvm_type(_lanes(dtypes.float32, count))
         if dtype == dtypes.float16:
             return self.inst(f"fptrunc {f32} {f} to {llvm_type(_lanes(dtype, count))}")
-        i32, i16 = self.int_types(count, 32), self.int_types(count, 16)
-        mask = self.mask_type(_lanes(dtypes.bool, count))
+        i32, i16 = _int_type(32, count), _int_type(16, count)
+        mask = _int_type(1, count)
         bits = self.inst(f"bitcast {f32} {f} to {i32}")
         magnitude = self.inst(f"and {i32} {bits}, {self.int_splat(0x7FFFFFFF, count, 32)}")
         is_nan = self.inst(f"icmp ugt {i32} {magnitude}, {self.int_splat(0x7F800000, count, 32)}")
@@ -1035,11 +1012,6 @@ class _IRWriter:
         top = self.inst(f"lshr {i32} {rounded}, {self.int_splat(16, count, 32)}")
         chosen = self.inst(f"select {mask} {is_nan}, {i32} {quiet}, {i32} {top}")
         return self.inst(f"trunc {i32} {chosen} to {i16}")
-
-    @staticmethod
-    def int_types(count: int, bits: int) -> str:
-        """``iN`` or ``<count x iN>``."""
-        return f"<{count} x i{bits}>" if count > 1 else f"i{bits}"
 
     def int_splat(self, value: int, count: int, bits: int) -> str:
         """An integer constant of `bits` bits with `count` lanes."""
@@ -1092,8 +1064,8 @@ class _IRWriter:
         negative values above -2**63."""
         vec = _lanes(src, count)
         ftype = llvm_type(vec)
-        i64 = self.int_types(count, 64)
-        mask = self.mask_type(_lanes(dtypes.bool, count))
+        i64 = _int_type(64, count)
+        mask = _int_type(1, count)
         zero64 = self.int_splat(0, count, 64)
         fabs = self.intrinsic(f"llvm.fabs.{_intrinsic_suffix(vec)}", ftype, [ftype])
         magnitude = self.inst(f"call {ftype} {fabs}({ftype} {x})")
@@ -1107,15 +1079,15 @@ class _IRWriter:
             unsigned = self.inst(f"fptoui {ftype} {x} to {i64}")
             return self.inst(f"select {mask} {direct}, {i64} {unsigned}, {i64} {result}")
         if dst.itemsize < 8:
-            return self.inst(f"trunc {i64} {result} to {self.int_types(count, dst.itemsize * 8)}")
+            return self.inst(f"trunc {i64} {result} to {_int_type(dst.itemsize * 8, count)}")
         return result
 
     def double_to_float_odd(self, x: str, count: int) -> str:
         """double to float rounded to odd (so a second rounding to half is correct), like ``tc_d2f_odd``."""
         f64 = llvm_type(_lanes(dtypes.float64, count))
         f32 = llvm_type(_lanes(dtypes.float32, count))
-        i32 = self.int_types(count, 32)
-        mask = self.mask_type(_lanes(dtypes.bool, count))
+        i32 = _int_type(32, count)
+        mask = _int_type(1, count)
         narrowed = self.inst(f"fptrunc {f64} {x} to {f32}")
         back = self.inst(f"fpext {f32} {narrowed} to {f64}")
         inexact = self.inst(f"fcmp one {f64} {back}, {x}")  # ordered: NaN stays as it is

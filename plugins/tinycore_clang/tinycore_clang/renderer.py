@@ -1,6 +1,6 @@
 """`ClangRenderer`: a linearized UOp program (docs/pipeline.md section 4) to one C translation unit.
 
-The kernel ABI (see also the package README):
+The kernel ABI (see also the package README; `tinycore_clang.kernel_params` decides the parameters for both backends):
 
 - ``void NAME(T0* restrict data0, const T1* restrict data1, ..., int var_n, ..., int core_id)``: buffers in
   `DEFINE_GLOBAL` index order (``const`` when the kernel never stores to them), then the `DEFINE_VAR` values in the
@@ -46,9 +46,9 @@ from typing import Any
 from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
 from tinycore.renderer import Renderer
 from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore_clang.kernel_params import c_identifier, kernel_params, root_buffer
 from tinycore_clang.toolchain import cpuinfo_flags, default_thread_count
 
-ABI_VERSION = 1
 KERNEL_MARKER = "// tinycore-clang kernel "
 
 PRELUDE_HALF = r"""#ifndef TC_HALF_1
@@ -200,11 +200,6 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _c_identifier(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", re.sub(r"\x1b\[[0-9;]*m", "", name))
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
-
-
 class ClangRenderer(Renderer):
     """C renderer of the CLANG device: one function per kernel, loops for ranges, GCC/clang vector extensions
     (``__attribute__((vector_size(N)))``) for vector dtypes, ``restrict`` buffers, and exact constants.
@@ -281,7 +276,7 @@ class ClangRenderer(Renderer):
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """The C source of one kernel. `name` is the function name; without it the name comes from the program's
         SINK (an arg that is a string or has ``name``/``function_name``), else ``kernel``."""
-        fname = _c_identifier(name or _name_from_uops(uops) or "kernel")
+        fname = c_identifier(name or _name_from_uops(uops) or "kernel")
         return _KernelWriter(uops, fname).write()
 
 
@@ -295,6 +290,31 @@ def _name_from_uops(uops: list[UOp]) -> str | None:
                 if isinstance(value, str) and value:
                     return value
     return None
+
+
+def index_only_values(uops: list[UOp]) -> set[UOp]:
+    """The integer values of a program whose every use is address, loop bound or gate arithmetic: both backends
+    render them with signed no-overflow rules (C's ``int`` arithmetic, LLVM's ``nsw``); value arithmetic wraps."""
+    users: dict[UOp, list[tuple[UOp, int]]] = {}
+    for u in uops:
+        for i, s in enumerate(u.src):
+            users.setdefault(s, []).append((u, i))
+    result: set[UOp] = set()
+    for u in reversed(uops):
+        if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.VECTORIZE, Ops.GEP):
+            continue
+        uses = users.get(u, [])
+        if uses and all(_is_index_use(user, i, result) for user, i in uses):
+            result.add(u)
+    return result
+
+
+def _is_index_use(user: UOp, position: int, index_only: set[UOp]) -> bool:
+    if user.op is Ops.INDEX:
+        return position >= 1
+    if user.op in (Ops.RANGE, Ops.SPECIAL, Ops.IF):
+        return True
+    return user in index_only
 
 
 def _unsigned_of(dtype: DType) -> str:
@@ -329,33 +349,8 @@ class _KernelWriter:
         for u in uops:
             for s in u.src:
                 self.uses[s] = self.uses.get(s, 0) + 1
-        self.index_only = self._index_only_values()
-        self.core_id: UOp | None = None
+        self.index_only = index_only_values(uops)
         self.streaming = False  # a non-temporal store was emitted: the kernel ends with a store fence
-
-    # ----- analysis -----
-    def _index_only_values(self) -> set[UOp]:
-        """Integer values whose every use is address/loop/gate arithmetic (they may use signed no-overflow rules)."""
-        users: dict[UOp, list[tuple[UOp, int]]] = {}
-        for u in self.uops:
-            for i, s in enumerate(u.src):
-                users.setdefault(s, []).append((u, i))
-        result: set[UOp] = set()
-        for u in reversed(self.uops):
-            if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.VECTORIZE, Ops.GEP):
-                continue
-            uses = users.get(u, [])
-            if uses and all(self._is_index_use(user, i, result) for user, i in uses):
-                result.add(u)
-        return result
-
-    @staticmethod
-    def _is_index_use(user: UOp, position: int, index_only: set[UOp]) -> bool:
-        if user.op is Ops.INDEX:
-            return position >= 1
-        if user.op in (Ops.RANGE, Ops.SPECIAL, Ops.IF):
-            return True
-        return user in index_only
 
     # ----- output helpers -----
     def emit(self, line: str) -> None:
@@ -402,58 +397,28 @@ class _KernelWriter:
     # ----- the program -----
     def write(self) -> str:
         """The whole translation unit: marker, preludes, typedefs, kernel, trampoline, info string."""
-        globals_: dict[int, UOp] = {}
-        variables: list[UOp] = []
-        stored: set[int] = set()
-        all_mutable = False
-        for u in self.uops:
-            if u.op is Ops.DEFINE_GLOBAL:
-                if u.arg in globals_ and globals_[u.arg] is not u:
-                    raise self.fail(u, f"two DEFINE_GLOBALs with index {u.arg}")
-                globals_[u.arg] = u
-            elif u.op is Ops.DEFINE_VAR and u not in variables:
-                variables.append(u)
-            elif u.op is Ops.STORE or u.op is Ops.CUSTOM:  # CUSTOM code may write through the pointers it gets
-                written = u.src[:1] if u.op is Ops.STORE else [s for s in u.src if isinstance(s.dtype, PtrDType)]
-                for target_ptr in written:
-                    target = _root_buffer(target_ptr)
-                    if target is None:
-                        all_mutable = True  # unknown target: no buffer may be const
-                    elif target.op is Ops.DEFINE_GLOBAL:
-                        stored.add(target.arg)
-            elif u.op is Ops.SPECIAL:
-                if u.arg != "core_id":
-                    raise self.fail(u, "the CPU has no GPU-style launch ids (only SPECIAL 'core_id')")
-                self.core_id = u
-        nbufs = max(globals_) + 1 if globals_ else 0
+        kernel = kernel_params(self.uops, self.fail)
         params: list[str] = []
         casts: list[str] = []
-        for i in range(nbufs):
-            g = globals_.get(i)
+        for i, g in enumerate(kernel.buffers):
             if g is None:
                 params.append(f"void* restrict unused{i}")
                 casts.append(f"bufs[{i}]")
                 continue
-            base = self.ctype(g.dtype.base) if isinstance(g.dtype, PtrDType) else self.ctype(g.dtype)
-            const = "" if i in stored or all_mutable else "const "
+            base = self.ctype(kernel.pointee(g))
+            const = "" if i in kernel.written else "const "
             params.append(f"{const}{base}* restrict data{i}")
             casts.append(f"({const}{base}*)bufs[{i}]")
             self.exprs[g] = f"data{i}"
-        letters = ""
-        for j, v in enumerate(variables):
-            vname = f"var_{_c_identifier(v.arg[0])}" if isinstance(v.arg, tuple) else f"var{j}"
-            ctype = "int" if v.dtype == dtypes.int32 else "long long"
-            letters += "i" if ctype == "int" else "q"
-            params.append(f"{ctype} {vname}")
+        for j, var in enumerate(kernel.variables):
+            ctype = "long long" if var.wide else "int"
+            params.append(f"{ctype} {var.name}")
             casts.append(f"({ctype})vals[{j}]")
-            self.exprs[v] = vname
-        cores = 0
-        if self.core_id is not None:
+            self.exprs[var.uop] = var.name
+        if kernel.core_id is not None:
             params.append("int core_id")
             casts.append("core_id")
-            self.exprs[self.core_id] = "core_id"
-            size = self.core_id.src[0] if self.core_id.src else None
-            cores = int(size.arg) if size is not None and size.op is Ops.CONST else -1
+            self.exprs[kernel.core_id] = "core_id"
         for u in self.uops:
             self.render_uop(u)
         while self.depth > 1:  # tolerate a program whose last ENDs were dropped
@@ -471,7 +436,6 @@ class _KernelWriter:
         preludes += [PRELUDE_NT] if self.streaming else []
         header = [f"{KERNEL_MARKER}{self.name}", *(p.rstrip("\n") for p in preludes), *self.vec_types.values()]
         signature = ", ".join(params) if params else "void"
-        info = f"tc{ABI_VERSION} bufs={nbufs} vars={letters} cores={cores}"
         tramp_args = ", ".join(casts)
         return (
             "\n".join(header)
@@ -479,7 +443,7 @@ class _KernelWriter:
             + f"void {self.name}_tc(void* const* bufs, const long long* vals, int core_id) {{\n"
             + "  (void)bufs; (void)vals; (void)core_id;\n"
             + f"  {self.name}({tramp_args});\n}}\n"
-            + f'const char {self.name}_tc_info[] = "{info}";\n'
+            + f'const char {self.name}_tc_info[] = "{kernel.info}";\n'
         )
 
     # ----- one uop -----
@@ -677,7 +641,7 @@ class _KernelWriter:
         """A whole-vector (power-of-two size, 16 bytes or more) store into a global buffer of at least
         `NT_STORE_MIN_BYTES`: written once and far larger than the caches, so it bypasses them (no read of the
         destination's lines first, no eviction of the inputs)."""
-        root = _root_buffer(target)
+        root = root_buffer(target)
         nbytes = value.dtype.count * value.dtype.scalar().itemsize
         if root is None or root.op is not Ops.DEFINE_GLOBAL or not isinstance(root.dtype, PtrDType):
             return False
@@ -908,20 +872,6 @@ def _find_index(u: UOp) -> UOp | None:
         if u.op is Ops.INDEX:
             return u
         if u.op in (Ops.CAST, Ops.AFTER, Ops.NOOP, Ops.BITCAST) and u.src:
-            u = u.src[0]
-            seen += 1
-            continue
-        return None
-    return None
-
-
-def _root_buffer(u: UOp) -> UOp | None:
-    """The DEFINE_GLOBAL/DEFINE_REG a pointer expression addresses (None when unknown)."""
-    seen = 0
-    while seen < 64:
-        if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
-            return u
-        if u.op in (Ops.INDEX, Ops.CAST, Ops.AFTER, Ops.NOOP, Ops.BITCAST) and u.src:
             u = u.src[0]
             seen += 1
             continue
