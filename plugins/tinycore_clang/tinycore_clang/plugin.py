@@ -70,7 +70,8 @@ def tinycore_register_devices(registry: Any) -> None:
 
 
 def _llvm_backend_problem() -> ProbeResult | None:
-    """Why ``CLANG_BACKEND=llvm`` can't work here (no libLLVM, no linker, unknown backend), else None; files only."""
+    """Why ``CLANG_BACKEND=llvm`` can't work here (no libLLVM, no linker where objects can't load in-process, unknown
+    backend), else None; files only."""
     backend = os.environ.get("CLANG_BACKEND", "").strip().lower() or "c"
     if backend == "c":
         return None
@@ -81,7 +82,9 @@ def _llvm_backend_problem() -> ProbeResult | None:
     library = libllvm.find_library()
     if not library.ok:
         return ProbeResult(ok=False, reason=f"CLANG_BACKEND=llvm: {library.reason}", hint=libllvm.INSTALL_HINT)
-    if toolchain.find_linker() is None:
+    from tinycore_clang.objloader import can_load_objects
+
+    if not can_load_objects() and toolchain.find_linker() is None:
         return ProbeResult(ok=False, reason="CLANG_BACKEND=llvm: no linker (ld) found", hint=toolchain.LINKER_HINT)
     return None
 
@@ -173,7 +176,11 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
 
             library = libllvm.find_library()
             info["llvm library"] = f"{library.path} (LLVM {library.version})" if library.ok else library.reason
-            info["linker"] = toolchain.find_linker() or "none"
+            from tinycore_clang.objloader import can_load_objects
+
+            info["linker"] = (
+                "none needed (objects load in-process)" if can_load_objects() else (toolchain.find_linker() or "none")
+            )
     except Exception as error:  # never raise from an info hook
         info["error"] = f"{type(error).__name__}: {error}"
     return info
