@@ -207,4 +207,22 @@ def test_probe_reports_the_llvm_backend_problem(monkeypatch: pytest.MonkeyPatch,
     assert result is not None and not result.ok and "is not a file" in result.reason
     monkeypatch.setenv("CLANG_BACKEND", "cobol")
     result = tinycore_probe_device("CLANG")
-    assert result is not None and not result.ok and "expected c or llvm" in result.reason
+    assert result is not None and not result.ok and "expected one of c, llvm or auto" in result.reason
+
+
+def test_auto_backend_is_llvm_exactly_where_libllvm_is(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from tinycore_clang.device import ClangDevice, backend_from_env
+    from tinycore_clang.plugin import tinycore_probe_device, tinycore_report_info
+
+    monkeypatch.delenv("CLANG_BACKEND", raising=False)
+    if find_library().ok:
+        assert backend_from_env() == "llvm" and backend_from_env({"CLANG_BACKEND": "auto"}) == "llvm"
+        assert ClangDevice("CLANG").backend == "llvm"
+        assert tinycore_report_info("CLANG")["backend"].startswith("llvm (auto: libLLVM found")
+    monkeypatch.setenv(libllvm.LIBRARY_ENV, str(tmp_path / "libLLVM-99.so"))  # no usable libLLVM
+    assert backend_from_env() == "c"
+    assert ClangDevice("CLANG").backend == "c"
+    probe = tinycore_probe_device("CLANG")
+    assert probe is not None and probe.ok  # auto never picks a backend that can't run
+    report = tinycore_report_info("CLANG")["backend"]
+    assert report.startswith("c (auto: no llvm backend:") and "is not a file" in report
