@@ -12,6 +12,7 @@ import pytest
 from tinycore_clang import libllvm
 from tinycore_clang.libllvm import PassOptions, find_library, library_version
 from tinycore_clang.llvm_compiler import LLVM_MARKER, LLVMCompiler, options_from_env
+from tinycore_clang.runtime import is_object_file
 from tinycore_clang.toolchain import find_linker
 
 from tinycore.errors import CompileError, DeviceUnavailableError
@@ -58,10 +59,11 @@ def compiler() -> LLVMCompiler:
 
 def run_add(lib: bytes, name: str, values: list[float]) -> list[float]:
     """Load `lib` and run kernel `name` on `values`."""
-    from tinycore_clang.runtime import load_library
+    from tinycore_clang.runtime import load_kernels
 
-    fn = getattr(load_library(lib), name)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    address = load_kernels(lib).address(name)
+    assert address is not None, f"{name} not in the compiled library"
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(address)
     inp = (ctypes.c_float * len(values))(*values)
     out = (ctypes.c_float * len(values))()
     fn(out, inp, len(values))
@@ -122,14 +124,28 @@ def test_unknown_pipeline_is_a_compile_error() -> None:
         odd.compile(add_one_ir("odd"))
 
 
-def test_compile_many_links_distinct_names_together(compiler: LLVMCompiler) -> None:
+def test_compile_many_links_distinct_names_together() -> None:
+    if not find_library().ok or find_linker() is None:
+        pytest.skip(NO_LLVM if not find_library().ok else NO_LINKER)
+    linking = LLVMCompiler(jobs=2, in_process=False)
     srcs = [add_one_ir("k_a", "1.0"), add_one_ir("k_b", "2.0"), add_one_ir("k_a", "3.0")]
-    libs = compiler.compile_many(srcs)
+    libs = linking.compile_many(srcs)
     assert len(libs) == 3
+    assert all(not is_object_file(lib) for lib in libs)
     assert libs[0] == libs[1] and libs[2] != libs[0]  # the second k_a can't share a library with the first
     assert run_add(libs[0], "k_a", [1.0]) == [2.0]
     assert run_add(libs[1], "k_b", [1.0]) == [3.0]
     assert run_add(libs[2], "k_a", [1.0]) == [4.0]
+
+
+def test_compile_many_in_process_gives_one_object_per_source(compiler: LLVMCompiler) -> None:
+    if not compiler.in_process:
+        pytest.skip("objects load in-process only on x86-64 Linux")
+    srcs = [add_one_ir("k_a", "1.0"), add_one_ir("k_b", "2.0"), add_one_ir("k_a", "3.0")]
+    libs = compiler.compile_many(srcs)
+    assert len(libs) == 3 and all(is_object_file(lib) for lib in libs)
+    assert [run_add(lib, name, [1.0]) for lib, name in zip(libs, ("k_a", "k_b", "k_a"))] == [[2.0], [3.0], [4.0]]
+    assert compiler.compile(srcs[1]) == libs[1]  # compile and compile_many agree
 
 
 def test_cache_key_pins_library_cpu_and_options(compiler: LLVMCompiler) -> None:
@@ -138,6 +154,8 @@ def test_cache_key_pins_library_cpu_and_options(compiler: LLVMCompiler) -> None:
     assert chain.cpu in parts and chain.features in parts and any("default<O2>" in part for part in parts)
     for changed in (PassOptions(codegen_level=3), PassOptions(loop_unrolling=True)):
         assert LLVMCompiler(options=changed).cache_key("x") != compiler.cache_key("x")
+    other_output = LLVMCompiler(in_process=not compiler.in_process, linker="ld")
+    assert other_output.cache_key("x") != compiler.cache_key("x")  # object files and shared objects never mix
 
 
 def test_missing_linker_is_reported() -> None:
@@ -147,7 +165,8 @@ def test_missing_linker_is_reported() -> None:
         patch.setenv("PATH", "")
         patch.delenv("LD", raising=False)
         with pytest.raises(CompileError, match="no linker"):
-            LLVMCompiler()
+            LLVMCompiler(in_process=False)
+        assert LLVMCompiler(in_process=True).linker == ""  # loading objects in-process needs none
 
 
 def test_target_facts_come_from_disk_in_a_new_process(compiler: LLVMCompiler) -> None:
@@ -188,4 +207,22 @@ def test_probe_reports_the_llvm_backend_problem(monkeypatch: pytest.MonkeyPatch,
     assert result is not None and not result.ok and "is not a file" in result.reason
     monkeypatch.setenv("CLANG_BACKEND", "cobol")
     result = tinycore_probe_device("CLANG")
-    assert result is not None and not result.ok and "expected c or llvm" in result.reason
+    assert result is not None and not result.ok and "expected one of c, llvm or auto" in result.reason
+
+
+def test_auto_backend_is_llvm_exactly_where_libllvm_is(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from tinycore_clang.device import ClangDevice, backend_from_env
+    from tinycore_clang.plugin import tinycore_probe_device, tinycore_report_info
+
+    monkeypatch.delenv("CLANG_BACKEND", raising=False)
+    if find_library().ok:
+        assert backend_from_env() == "llvm" and backend_from_env({"CLANG_BACKEND": "auto"}) == "llvm"
+        assert ClangDevice("CLANG").backend == "llvm"
+        assert tinycore_report_info("CLANG")["backend"].startswith("llvm (auto: libLLVM found")
+    monkeypatch.setenv(libllvm.LIBRARY_ENV, str(tmp_path / "libLLVM-99.so"))  # no usable libLLVM
+    assert backend_from_env() == "c"
+    assert ClangDevice("CLANG").backend == "c"
+    probe = tinycore_probe_device("CLANG")
+    assert probe is not None and probe.ok  # auto never picks a backend that can't run
+    report = tinycore_report_info("CLANG")["backend"]
+    assert report.startswith("c (auto: no llvm backend:") and "is not a file" in report

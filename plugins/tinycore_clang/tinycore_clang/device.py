@@ -1,12 +1,18 @@
 """`ClangDevice`: the ``CLANG`` device (alias ``CPU``): kernels compiled for the host CPU and run on it.
 
-Two backends, picked by ``CLANG_BACKEND`` (`BACKEND_ENV`) when the device is opened:
+Two backends, picked by ``CLANG_BACKEND`` (`BACKEND_ENV`) when the device is opened (`backend_from_env`):
 
-- ``c`` (default): kernels rendered to C (`tinycore_clang.renderer.ClangRenderer`) and compiled by the system C
-  compiler in a subprocess (`tinycore_clang.compiler.ClangCompiler`);
-- ``llvm``: kernels rendered to LLVM IR (`tinycore_clang.llvm_renderer.LLVMRenderer`) and compiled in-process by
-  the system's libLLVM (`tinycore_clang.llvm_compiler.LLVMCompiler`): no compiler process per kernel, so a new
-  kernel is ready in milliseconds. Needs ``libLLVM`` (>= 14) and a linker (``ld``).
+- ``llvm`` (the default where the system has ``libLLVM`` >= 14, which clang installs): kernels rendered to LLVM IR
+  (`tinycore_clang.llvm_renderer.LLVMRenderer`) and compiled in-process by that library
+  (`tinycore_clang.llvm_compiler.LLVMCompiler`): no compiler process per kernel, so a new kernel is ready in
+  milliseconds. On x86-64 Linux the object files load in-process too; elsewhere it needs a linker (``ld``).
+- ``c`` (the default without libLLVM, e.g. a machine with only gcc): kernels rendered to C
+  (`tinycore_clang.renderer.ClangRenderer`) and compiled by the system C compiler in a subprocess
+  (`tinycore_clang.compiler.ClangCompiler`). Needed for ``CUSTOM`` kernels written in C.
+
+``CLANG_BACKEND=auto`` (or unset) makes that choice; ``c`` or ``llvm`` forces one (``llvm`` without libLLVM is an
+error naming the fix, never a silent switch). ``tinycore plugins -v`` and ``tinycore doctor CLANG`` say which
+backend is in use and why.
 
 Both produce the same kernel ABI, so the allocator, programs, thread pool and graph runner are shared. The thread
 pool library (compiled once per machine and cached) is always built by the C compiler: `host_compiler`.
@@ -37,18 +43,36 @@ FAMILY = "CLANG"
 DISTRIBUTION = "tinycore-clang"
 BACKEND_ENV = "CLANG_BACKEND"
 BACKENDS = ("c", "llvm")
+AUTO = "auto"
+
+
+def llvm_available() -> str | None:
+    """None when the llvm backend can run here (libLLVM >= 14, and a linker unless objects load in-process), else
+    why not. Looks at files only; loads nothing."""
+    from tinycore_clang.libllvm import find_library
+    from tinycore_clang.objloader import can_load_objects
+
+    library = find_library()
+    if not library.ok:
+        return library.reason
+    if not can_load_objects() and toolchain.find_linker() is None:
+        return "no linker (ld) found"
+    return None
 
 
 def backend_from_env(env: dict[str, str] | None = None) -> str:
-    """The backend ``CLANG_BACKEND`` asks for (``c`` when unset); a ValueError naming the choices otherwise.
+    """The backend ``CLANG_BACKEND`` asks for: ``c`` or ``llvm``; unset or ``auto``: ``llvm`` where
+    `llvm_available`, else ``c``. A ValueError naming the choices for anything else.
 
-    >>> backend_from_env({}), backend_from_env({"CLANG_BACKEND": "LLVM"})
+    >>> backend_from_env({"CLANG_BACKEND": "c"}), backend_from_env({"CLANG_BACKEND": "LLVM"})
     ('c', 'llvm')
     """
     environ = os.environ if env is None else env
-    value = environ.get(BACKEND_ENV, "").strip().lower() or BACKENDS[0]
+    value = environ.get(BACKEND_ENV, "").strip().lower() or AUTO
+    if value == AUTO:
+        return "llvm" if llvm_available() is None else "c"
     if value not in BACKENDS:
-        raise ValueError(f"{BACKEND_ENV}={value!r}: expected one of {', '.join(BACKENDS)}")
+        raise ValueError(f"{BACKEND_ENV}={value!r}: expected one of {', '.join(BACKENDS)} or {AUTO}")
     return value
 
 
@@ -87,7 +111,7 @@ class ClangDevice(Compiled):
             self.backend = backend_from_env({BACKEND_ENV: backend} if backend is not None else None)
         except ValueError as error:
             raise DeviceUnavailableError(
-                str(error), fix=f"set {BACKEND_ENV} to c or llvm", device=device.upper(),
+                str(error), fix=f"set {BACKEND_ENV} to c, llvm or auto", device=device.upper(),
                 distribution=DISTRIBUTION, version=__version__,
             ) from None  # fmt: skip
         self.host_compiler = ClangCompiler(cc=self.compiler_choice.path)

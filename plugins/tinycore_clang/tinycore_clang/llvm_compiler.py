@@ -1,10 +1,12 @@
-"""`LLVMCompiler`: LLVM IR text to a shared object, compiled in-process by the system's libLLVM (the ``llvm`` backend).
+"""`LLVMCompiler`: LLVM IR text to loadable machine code, compiled in-process by the system's libLLVM (the ``llvm``
+backend).
 
 The kernel's IR (from `tinycore_clang.llvm_renderer.LLVMRenderer`) is parsed, optimized and compiled to an object
-file inside this process (`tinycore_clang.libllvm.LLVMToolchain`), then linked into a shared object by the system
-linker (``ld -shared``: a small program, a few milliseconds), so the result is loaded and launched exactly like the
-C backend's (`tinycore_clang.runtime`). Nothing else changes between the two backends: same kernel ABI, same thread
-pool, same graph runner.
+file inside this process (`tinycore_clang.libllvm.LLVMToolchain`). On x86-64 Linux that object file is the compiled
+kernel: `tinycore_clang.runtime.load_kernels` relocates it into memory itself (`tinycore_clang.objloader`), so no
+other program runs. Elsewhere (or with ``in_process=False``) the objects are linked into a shared object by the
+system linker (``ld -shared``: a few milliseconds per run) and ``dlopen``ed like the C backend's. Nothing else
+changes between the two backends: same kernel ABI, same thread pool, same graph runner.
 
 Options (environment, read when the compiler is made):
 
@@ -22,8 +24,8 @@ IR for LLVM 14 must use typed pointers (``float*``): its optimizer crashes on op
 (`tinycore_clang.libllvm.uses_typed_pointers`).
 
 `compile_many` compiles the kernels of one schedule on `jobs` threads (LLVM runs without the GIL), each as soon as
-it is rendered (`streams`), and links each group of kernels with distinct names into one shared object with one
-linker run.
+it is rendered (`streams`); when linking, each group of kernels with distinct names becomes one shared object made
+by one linker run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from tinycore.runtime.compiler import Compiler
 from tinycore_clang import toolchain
 from tinycore_clang.compiler import cached_facts, disassemble_library, scratch_path
 from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library
+from tinycore_clang.objloader import can_load_objects
 from tinycore_clang.toolchain import LINKER_HINT, find_linker
 
 LLVM_MARKER = "; tinycore-clang kernel "
@@ -83,9 +86,11 @@ class LLVMCompiler(Compiler):
     """Compiles the ``llvm`` backend's IR in-process; see the module docstring.
 
     `library`: which libLLVM (default `find_library`); `options`: the optimizer's settings (default from the
-    environment); `linker`: path of ``ld`` (default `find_linker`); `jobs`: compile threads for `compile_many`.
-    Raises `CompileError` when there is no library or no linker (with the fix), at construction, since a device
-    with this compiler could never run a kernel.
+    environment); `in_process`: hand out object files for the in-process loader instead of linked shared objects
+    (default: where `tinycore_clang.objloader.can_load_objects`); `linker`: path of ``ld`` when linking (default
+    `find_linker`); `jobs`: compile threads for `compile_many`. Raises `CompileError` when there is no library, or
+    no linker where one is needed (with the fix), at construction, since a device with this compiler could never
+    run a kernel.
     """
 
     streams = True  # compile_many starts on each source as it arrives (see `tinycore.runtime.compiler.Compiler`)
@@ -96,13 +101,15 @@ class LLVMCompiler(Compiler):
         options: PassOptions | None = None,
         linker: str | None = None,
         jobs: int | None = None,
+        in_process: bool | None = None,
     ):
         super().__init__(cachekey="clang_llvm")
         self.library = library if library is not None else find_library()
         if not self.library.ok:
             raise CompileError(f"CLANG llvm backend: {self.library.reason}; {INSTALL_HINT}")
         self.options = options if options is not None else options_from_env()
-        found = linker or find_linker()
+        self.in_process = can_load_objects() if in_process is None else in_process
+        found = linker or ("" if self.in_process else find_linker())
         if found is None:
             raise CompileError(f"CLANG llvm backend: no linker found (LD, ld, ld.lld, ld.gold); {LINKER_HINT}")
         self.linker: str = found
@@ -119,7 +126,8 @@ class LLVMCompiler(Compiler):
 
     # ----- cache key -----
     def cache_key_parts(self) -> Sequence[str]:
-        """Library path and version, host CPU name and features as LLVM sees them, and every optimizer option."""
+        """Library path and version, host CPU name and features as LLVM sees them, every optimizer option, and
+        whether the result is an object file or a shared object."""
         if self._key_parts is None:
             cpu, features = self.target_facts()
             path = self.library.path or ""
@@ -129,6 +137,7 @@ class LLVMCompiler(Compiler):
                 cpu,
                 features,
                 repr(self.options),
+                "object" if self.in_process else "shared",
             )
         return self._key_parts
 
@@ -175,13 +184,15 @@ class LLVMCompiler(Compiler):
                     pass
 
     def compile(self, src: str) -> bytes:
-        """IR of one or more kernels to the bytes of a shared object."""
-        return self.link([self.compile_object(src)])
+        """IR of one or more kernels to the bytes of an object file (`in_process`) or a shared object."""
+        obj = self.compile_object(src)
+        return obj if self.in_process else self.link([obj])
 
     def compile_many(self, srcs: Iterable[str]) -> list[bytes]:
         """Compile several modules on `jobs` threads, each starting as soon as `srcs` yields it (`streams`: the
-        caller may still be rendering the next ones), then link each group of distinct kernel names into one
-        shared object (one linker run per group). Each entry is the library holding that source's kernel."""
+        caller may still be rendering the next ones). In-process, each entry is that source's object file;
+        otherwise each group of distinct kernel names is linked into one shared object (one linker run per group)
+        and each entry is the library holding that source's kernel."""
         sources: list[str] = []
         workers = max(1, self.jobs)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tinycore-llvm") as pool:
@@ -190,6 +201,8 @@ class LLVMCompiler(Compiler):
                 sources.append(src)
                 futures.append(pool.submit(self.compile_object, src))
             objects = [future.result() for future in futures]
+        if self.in_process:
+            return objects
         groups: list[list[int]] = []
         names_in: list[set[str]] = []
         for i, src in enumerate(sources):
@@ -213,4 +226,6 @@ class LLVMCompiler(Compiler):
         return disassemble_library(lib)
 
     def __repr__(self) -> str:
-        return f"<LLVMCompiler {self.library.path} {self.options.pipeline} codegen O{self.options.codegen_level}>"
+        how = "loaded in-process" if self.in_process else f"linked by {self.linker}"
+        options = f"{self.options.pipeline} codegen O{self.options.codegen_level}"
+        return f"<LLVMCompiler {self.library.path} {options}, {how}>"

@@ -70,26 +70,39 @@ def tinycore_register_devices(registry: Any) -> None:
 
 
 def _llvm_backend_problem() -> ProbeResult | None:
-    """Why ``CLANG_BACKEND=llvm`` can't work here (no libLLVM, no linker, unknown backend), else None; files only."""
-    backend = os.environ.get("CLANG_BACKEND", "").strip().lower() or "c"
-    if backend == "c":
+    """Why the backend ``CLANG_BACKEND`` asks for can't work here (an unknown name; ``llvm`` forced without libLLVM,
+    or without a linker where objects can't load in-process), else None; files only."""
+    from tinycore_clang.device import BACKEND_ENV, backend_from_env, llvm_available
+
+    try:
+        backend = backend_from_env()
+    except ValueError as error:
+        return ProbeResult(ok=False, reason=str(error), hint=f"unset {BACKEND_ENV}")
+    problem = llvm_available() if backend == "llvm" else None
+    if problem is None:
         return None
-    if backend != "llvm":
-        return ProbeResult(ok=False, reason=f"CLANG_BACKEND={backend!r}: expected c or llvm", hint="unset it")
     from tinycore_clang import libllvm
 
-    library = libllvm.find_library()
-    if not library.ok:
-        return ProbeResult(ok=False, reason=f"CLANG_BACKEND=llvm: {library.reason}", hint=libllvm.INSTALL_HINT)
-    if toolchain.find_linker() is None:
-        return ProbeResult(ok=False, reason="CLANG_BACKEND=llvm: no linker (ld) found", hint=toolchain.LINKER_HINT)
-    return None
+    hint = libllvm.INSTALL_HINT if "linker" not in problem else toolchain.LINKER_HINT
+    return ProbeResult(ok=False, reason=f"{BACKEND_ENV}=llvm: {problem}", hint=hint)
+
+
+def _backend_report() -> str:
+    """Which backend the device will use and why, e.g. ``llvm (auto: libLLVM found)``."""
+    from tinycore_clang.device import BACKEND_ENV, backend_from_env, llvm_available
+
+    asked = os.environ.get(BACKEND_ENV, "").strip().lower()
+    backend = backend_from_env()
+    if asked and asked != "auto":
+        return f"{backend} ({BACKEND_ENV})"
+    why = "libLLVM found" if backend == "llvm" else f"no llvm backend: {llvm_available()}"
+    return f"{backend} (auto: {why}; {BACKEND_ENV}=c or llvm forces one)"
 
 
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
     """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``), and with ``CLANG_BACKEND=llvm``
-    also libLLVM and a linker; never raises."""
+    also libLLVM (and a linker where objects can't load in-process); never raises."""
     if not _is_clang(name):
         return None
     try:
@@ -118,9 +131,9 @@ def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
 
 @hookimpl
 def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
-    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``); with
-    ``CLANG_BACKEND=llvm`` and no `arch`, the LLVM IR renderer and the in-process LLVM compiler (which only
-    targets the host)."""
+    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``); with the
+    llvm backend (`tinycore_clang.device.backend_from_env`) and no `arch`, the LLVM IR renderer and the in-process
+    LLVM compiler (which only targets the host)."""
     if not _is_clang(name):
         return None
     from tinycore_clang.device import backend_from_env
@@ -166,14 +179,16 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
         wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512fp16")
         info["cpu features"] = " ".join(f for f in wanted if f in flags) or "unknown"
         info["threads"] = str(toolchain.default_thread_count())
-        backend = os.environ.get("CLANG_BACKEND", "").strip().lower() or "c"
-        info["backend"] = backend + " (CLANG_BACKEND)"
-        if backend == "llvm":
+        info["backend"] = _backend_report()
+        if info["backend"].startswith("llvm"):
             from tinycore_clang import libllvm
+            from tinycore_clang.objloader import can_load_objects
 
             library = libllvm.find_library()
             info["llvm library"] = f"{library.path} (LLVM {library.version})" if library.ok else library.reason
-            info["linker"] = toolchain.find_linker() or "none"
+            info["linker"] = (
+                "none needed (objects load in-process)" if can_load_objects() else (toolchain.find_linker() or "none")
+            )
     except Exception as error:  # never raise from an info hook
         info["error"] = f"{type(error).__name__}: {error}"
     return info

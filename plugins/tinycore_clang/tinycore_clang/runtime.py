@@ -1,8 +1,13 @@
-"""Loading compiled kernels and launching them: `load_library`, `ClangProgram`.
+"""Loading compiled kernels and launching them: `load_kernels`, `load_library`, `ClangProgram`.
 
-A compiled kernel is the bytes of a shared object. `load_library` writes them to a file named after their
-sha256 in the process's private temp folder, ``dlopen``s it (``RTLD_LOCAL``) and unlinks the file; a library with
-the same bytes is loaded only once per process. Libraries are never unloaded (a kernel may still run on a worker).
+A compiled kernel is the bytes of a shared object (C backend, or llvm where objects can't be loaded in-process)
+or of a relocatable object file (llvm backend). `load_kernels` handles both, once per distinct content per process:
+
+- a shared object: `load_library` writes it to a file named after its sha256 in the process's private temp
+  folder, ``dlopen``s it (``RTLD_LOCAL``) and unlinks the file;
+- an object file: `tinycore_clang.objloader.load_object` relocates it into executable memory (no linker run).
+
+Nothing is ever unloaded (a kernel may still run on a worker).
 
 `ClangProgram(device, name, lib)` looks up the kernel's three symbols (``NAME``, ``NAME_tc``, ``NAME_tc_info``;
 see `tinycore_clang.renderer`), sets ctypes ``argtypes`` once, and launches:
@@ -27,8 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinycore_clang.compiler import scratch_path
+from tinycore_clang.objloader import LoadedObject, load_object
 
 _LOADED: dict[str, ctypes.CDLL] = {}
+_OBJECTS: dict[str, LoadedObject] = {}
 _LOAD_LOCK = threading.Lock()
 _MEMFDS: list[int] = []  # kept open: the path /proc/self/fd/N must never name another library later
 
@@ -70,6 +77,46 @@ def _load_from_memfd(lib: bytes, digest: str, first: OSError) -> ctypes.CDLL:
         return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as error:
         raise OSError(f"can't load a compiled kernel: {first}; from memory: {error}") from error
+
+
+class SharedLibrary:
+    """A ``dlopen``ed kernel library, answering the same two questions as `LoadedObject`."""
+
+    def __init__(self, dll: ctypes.CDLL, lib: bytes):
+        self.dll, self.lib = dll, lib
+
+    def address(self, name: str) -> int | None:
+        """The address of exported symbol `name`, or None."""
+        try:
+            return ctypes.cast(getattr(self.dll, name), ctypes.c_void_p).value
+        except AttributeError:
+            return None
+
+    @property
+    def exports(self) -> list[str]:
+        """Names of the global symbols the library exports."""
+        return elf_exports(self.lib)
+
+
+def is_object_file(lib: bytes) -> bool:
+    """True for an ELF relocatable object (``.o``), False for a shared object or anything else.
+
+    >>> is_object_file(b"\\x7fELF" + bytes(12) + b"\\x01\\x00"), is_object_file(b"MZ")
+    (True, False)
+    """
+    return len(lib) >= 18 and lib[:4] == b"\x7fELF" and lib[16:18] == b"\x01\x00"
+
+
+def load_kernels(lib: bytes) -> SharedLibrary | LoadedObject:
+    """Load compiled kernels (a shared object or an object file; once per distinct content per process)."""
+    if not is_object_file(lib):
+        return SharedLibrary(load_library(lib), lib)
+    digest = hashlib.sha256(lib).hexdigest()
+    with _LOAD_LOCK:
+        loaded = _OBJECTS.get(digest)
+        if loaded is None:
+            loaded = _OBJECTS[digest] = load_object(lib)
+        return loaded
 
 
 def elf_exports(lib: bytes) -> list[str]:
@@ -117,13 +164,10 @@ class KernelInfo:
         return KernelInfo(int(fields.get("bufs", 0)), fields.get("vars", ""), int(fields.get("cores", 0)))
 
 
-def _kernel_name(dll: ctypes.CDLL, name: str, lib: bytes) -> str:
-    try:
-        getattr(dll, f"{name}_tc_info")
+def _kernel_name(image: SharedLibrary | LoadedObject, name: str) -> str:
+    if image.address(f"{name}_tc_info") is not None:
         return name
-    except AttributeError:
-        pass
-    kernels = [s[: -len("_tc_info")] for s in elf_exports(lib) if s.endswith("_tc_info")]
+    kernels = [s[: -len("_tc_info")] for s in image.exports if s.endswith("_tc_info")]
     if len(kernels) == 1:
         return kernels[0]
     raise ValueError(f"CLANG: kernel {name!r} not found in the compiled library (it has {sorted(kernels)})")
@@ -140,20 +184,24 @@ class ClangProgram:
 
     def __init__(self, device: Any, name: str, lib: bytes):
         self.device, self.lib = device, lib
-        self.dll = load_library(lib)
-        self.name = _kernel_name(self.dll, name, lib)
-        raw = ctypes.c_char.in_dll(self.dll, f"{self.name}_tc_info")
-        self.info = KernelInfo.parse(ctypes.string_at(ctypes.addressof(raw)).decode())
+        self.image = load_kernels(lib)
+        self.name = _kernel_name(self.image, name)
+        self.info = KernelInfo.parse(ctypes.string_at(self._address(f"{self.name}_tc_info")).decode())
         var_types = [ctypes.c_int if kind == "i" else ctypes.c_int64 for kind in self.info.vars]
         self.nbufs, self.nvars = self.info.bufs, len(self.info.vars)
         self.threaded = self.info.cores != 0
-        self.fn = getattr(self.dll, self.name)
-        self.fn.restype = None
-        self.fn.argtypes = [ctypes.c_void_p] * self.nbufs + var_types + ([ctypes.c_int] if self.threaded else [])
-        self.entry = ctypes.cast(getattr(self.dll, f"{self.name}_tc"), ctypes.c_void_p).value
+        argtypes = [ctypes.c_void_p] * self.nbufs + var_types + ([ctypes.c_int] if self.threaded else [])
+        self.fn = ctypes.CFUNCTYPE(None, *argtypes)(self._address(self.name))
+        self.entry = self._address(f"{self.name}_tc")
         self._buf_array = ctypes.c_void_p * max(1, self.nbufs)
         self._val_array = ctypes.c_int64 * max(1, self.nvars)
         self._pool: Any = None
+
+    def _address(self, symbol: str) -> int:
+        address = self.image.address(symbol)
+        if address is None:
+            raise ValueError(f"CLANG: symbol {symbol!r} missing from the compiled kernel library")
+        return address
 
     def _pointers(self, bufs: tuple[Any, ...]) -> list[int]:
         try:
