@@ -52,12 +52,13 @@ def test_default_flags_keep_kernels_out_of_their_wrappers():
     assert "-fno-inline-functions" in DEFAULT_FLAGS and "-O2" in DEFAULT_FLAGS
 
 
-def test_a_schedules_kernels_share_one_library(clang, monkeypatch):
-    from tinycore.device import Device
+def test_a_schedules_kernels_share_one_library(clang_c, monkeypatch):
+    """The C backend compiles a schedule's kernels as one shared object (the llvm backend loads one object file per
+    kernel in-process: test_llvm_compiler.py)."""
     from tinycore.engine.exec_item import _build_batched
     from tinycore.tensor import Tensor
 
-    dev = Device["CLANG"]
+    dev = clang_c
     calls: list[int] = []
     real = type(dev.compiler).compile_many
 

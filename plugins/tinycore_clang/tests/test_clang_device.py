@@ -132,11 +132,11 @@ def test_program_checks_argument_counts(clang):
     clang.allocator.free(mem, 16)
 
 
-def test_loading_the_same_library_twice_reuses_it(clang):
+def test_loading_the_same_library_twice_reuses_it(clang_c):
     from tinycore_clang.runtime import load_library
 
-    lib = clang.compiler.compile_cached(clang.renderer.render(linearize(_store_one()), name="kone"))
-    assert load_library(lib) is load_library(bytes(lib))
+    lib = clang_c.compiler.compile_cached(clang_c.renderer.render(linearize(_store_one()), name="kone"))
+    assert load_library(lib) is load_library(bytes(lib))  # (objects of the llvm backend: test_objloader.py)
 
 
 def _store_one() -> UOp:
