@@ -308,10 +308,30 @@ def test_copysign_zero_sign(device: str) -> None:
 
 @needs_grad
 def test_copysign_backward(device: str) -> None:
-    """The magnitude's gradient (the sign operand gets none: PyTorch reports zeros there, tinycore None)."""
+    """Both gradients as PyTorch gives them: the magnitude's, and zeros for the sign operand (exactly 0, also where
+    the sign operand or the incoming gradient is inf or NaN); the sign of -0.0 and of NaNs is still read."""
     sign = np.array([[-1.0, 2.0, -0.0, 0.0, 3.0]], dtype=np.float32)
     check_op(device, [(4, 5)], lambda a: torch.copysign(a, torch.tensor(sign)),
              lambda a: a.copysign(Tensor(sign, device=device)), atol=0, rtol=0)  # fmt: skip
+    magnitude = np.array([[1.0, -2.0, 0.25, 0.5, 4.0, -5.0, 7.0]], dtype=np.float32)  # zeros: test_copysign_zero_sign
+    signs = np.array([[-0.0, 0.0, -math.inf, math.inf, math.nan, -math.nan, -1.0]], dtype=np.float32)
+    check_op(device, None, torch.copysign, Tensor.copysign, values=[magnitude, signs], atol=0, rtol=0)
+    check_op(device, [(3, 5), (5,)], torch.copysign, Tensor.copysign, atol=0, rtol=0)  # broadcast sign operand
+    upstream = np.array([[1.0, math.inf, math.nan, -math.inf, 2.0, 1.0, 1.0]], dtype=np.float32)
+    a = torch.tensor(magnitude, requires_grad=True)
+    b = torch.tensor(signs, requires_grad=True)
+    torch_out = torch.copysign(a, b)
+    (torch_out * torch.tensor(upstream)).sum().backward()
+    x = Tensor(magnitude, device=device, requires_grad=True)
+    y = Tensor(signs, device=device, requires_grad=True)
+    out = x.copysign(y)
+    (out * Tensor(upstream, device=device)).sum().backward()
+    ours = out.numpy()
+    np.testing.assert_array_equal(ours, torch_out.detach().numpy())
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(torch_out.detach().numpy()))
+    np.testing.assert_array_equal(x.grad.numpy(), a.grad.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), b.grad.numpy())
+    assert not np.signbit(y.grad.numpy()).any()  # +0.0, as PyTorch
 
 
 def test_isclose_isnan_isinf(device: str) -> None:

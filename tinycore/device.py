@@ -267,6 +267,7 @@ class Buffer:
             raise ValueError(f"can't make a buffer of {dtype}")
         self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
         self._base: Buffer | None = None
+        self._allocator: Allocator | None = None  # looked up on first use (`allocator`)
         self.view_count = 0  # allocated views of this base
         self._released = False  # deallocate() was called while views were still allocated
         if base is not None:
@@ -300,11 +301,10 @@ class Buffer:
     @property
     def allocator(self) -> Allocator:
         """The allocator of this buffer's device (opens the device on first use)."""
-        try:  # cached by hand: functools.cached_property takes a lock on every first access before Python 3.12
-            return self._allocator
-        except AttributeError:
-            self._allocator: Allocator = _device_lookup(self.device).allocator
-            return self._allocator
+        allocator = self._allocator  # cached by hand: functools.cached_property takes a lock before Python 3.12
+        if allocator is None:
+            allocator = self._allocator = _device_lookup(self.device).allocator
+        return allocator
 
     def __repr__(self) -> str:
         state = "allocated" if self.is_allocated() else "lazy"

@@ -34,10 +34,15 @@ from tinycore.engine.multi import MultiDeviceError, gather, multi_uop, shard_uop
 from tinycore.engine.schedule import (
     ScheduleItem,
     buffer_of,
+    buffer_view,
+    constant_op_chain_id,
+    eager_key_of,
+    known_chain_id,
     new_buffer_uop,
+    note_chain_node,
     note_elementwise_pair,
-    note_elementwise_with_constant,
     realized_view,
+    schedule_for_chain,
     schedule_for_run,
     schedule_outputs,
 )
@@ -57,6 +62,7 @@ from tinycore.uop.ops import GroupOp, Ops, UOp, sint
 __all__ = ["Tensor"]
 
 _BOOL = dtypes.bool
+_BUFFER_OP = Ops.BUFFER
 _COMPARISON = GroupOp.Comparison
 _MOVEMENT = GroupOp.Movement
 
@@ -137,7 +143,7 @@ def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires
     if isinstance(device, tuple):  # multi-device: keep MULTI at the top of the graph (tinycore.engine.multi)
         uop, device = to_multi(uop)
     t = object.__new__(Tensor)
-    t.uop, t.device, t._requires_grad, t.grad = uop, device, requires_grad, None
+    t._uop, t._deferred, t.device, t._requires_grad, t.grad = uop, None, device, requires_grad, None
     t._shape = uop.shape if shape is None else shape
     return t
 
@@ -164,31 +170,126 @@ _scalar_operands: dict[tuple, tuple[DType, UOp]] = {}
 _new_tensor = object.__new__
 
 
+class _DeferredOp:
+    """An elementwise op of a tensor's value and a scalar constant that the eager fast path has not built as a
+    UOp yet: `UOp(op, dtype, (source, operand))` (operand first when `reverse`), where `source` is a UOp or the
+    `_DeferredOp` of the tensor it was computed from.
+
+    An eager loop (`y = x * 1.0001 + 0.5 ...; y.realize()`) builds, realizes and drops the same chain every call;
+    as long as nothing asks for the UOp, realize finds the chain's cached schedule by `chain_id` (the eager
+    schedule-cache key, `tinycore.engine.schedule.constant_op_chain_id`, over the BUFFER `leaf`) and the nodes are
+    never built. Reading the tensor's `uop` builds them (`_build_deferred`), the same hash-consed nodes with the
+    same keys as building them at once would give; `node` keeps the built node for ops deferred on top of this one,
+    and `extended` says some were (then realize builds the chain, so the realized table serves their graphs)."""
+
+    __slots__ = ("op", "dtype", "source", "operand", "reverse", "chain_id", "leaf", "node", "extended")
+
+    op: Ops
+    dtype: DType
+    source: UOp | _DeferredOp
+    operand: UOp
+    reverse: bool
+    chain_id: int
+    leaf: UOp
+    node: UOp | None
+    extended: bool
+
+
+class _DeferredBuffer:
+    """The value of a tensor that an eager realize computed into `buffer` (seen through the movement ops `chain`),
+    whose BUFFER uop nothing has asked for yet: reading the tensor's `uop` makes it (`build`). An eager loop drops
+    most results unread, so this saves making (and collecting) their uops."""
+
+    __slots__ = ("buffer", "chain", "dtype")
+
+    def __init__(self, buffer: Any, chain: tuple[tuple[Ops, Any], ...]):
+        self.buffer, self.chain, self.dtype = buffer, chain, buffer.dtype
+
+    def build(self) -> UOp:
+        """The buffer's view as a tensor-level uop."""
+        return buffer_view(self.buffer, self.chain)
+
+
+def _build_deferred(deferred: _DeferredOp | _DeferredBuffer) -> UOp:
+    """The UOp of `deferred`, building it (and the deferred ops below it) on first request."""
+    if type(deferred) is _DeferredBuffer:
+        return deferred.build()
+    unbuilt: list[_DeferredOp] = []
+    step: UOp | _DeferredOp = deferred
+    while type(step) is _DeferredOp and step.node is None:  # iterative: a long chain must not recurse
+        unbuilt.append(step)
+        step = step.source
+    for item in reversed(unbuilt):
+        source = item.source
+        value = source if type(source) is not _DeferredOp else source.node
+        node = UOp(item.op, item.dtype, (item.operand, value) if item.reverse else (value, item.operand))
+        note_chain_node(node, item.chain_id, item.leaf)
+        item.node = node
+    return deferred.node  # type: ignore[return-value]
+
+
 def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
     """`Tensor._binop(op, y, reverse)` as a method of `(self, y)`: the Python operators are these, so the eager
     hot path (`x * 1.5`, `a + b`) runs in one frame. The fast paths, a nonzero Python scalar seen before with this
     dtype, device and shape, or a tensor of the same device, dtype and shape, build the result exactly as the
-    general path (`Tensor._binop_general`) does, and give it its eager schedule-cache key."""
+    general path (`Tensor._binop_general`) does, and give it its eager schedule-cache key; an op with a scalar on
+    a chain that has such a key is deferred instead (`_DeferredOp`)."""
     bool_result = op in _COMPARISON
 
     def binop(self: Tensor, y: Any) -> Tensor:
         kind = type(y)
-        uop = self.uop
         if kind is float or kind is int:
             found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
-            if found is not None and found[0] is uop.dtype:
+            if found is not None:
                 operand = found[1]
-                node = _new_uop(
-                    UOp, op, _BOOL if bool_result else uop.dtype, (operand, uop) if reverse else (uop, operand)
-                )
-                if node._eager_key is None:  # the schedule-cache key of an eager chain, built as it grows
-                    note_elementwise_with_constant(node, uop, operand)
-                t = _new_tensor(Tensor)
-                t.uop, t.device, t._requires_grad = node, self.device, self._requires_grad
-                t.grad, t._shape = None, self._shape
+                source = self._deferred
+                if source is not None and type(source) is _DeferredOp:
+                    dtype = source.dtype
+                    if found[0] is not dtype:
+                        return self._binop_general(op, y, reverse)
+                    source.extended = True
+                    source_id, leaf = source.chain_id, source.leaf
+                else:
+                    source = self.uop  # builds a deferred result's buffer uop
+                    dtype = source.dtype
+                    if found[0] is not dtype:
+                        return self._binop_general(op, y, reverse)
+                    key = source._eager_key
+                    if key is None and source.op is _BUFFER_OP:  # a BUFFER's key is made on first use
+                        key = eager_key_of(source)
+                    if key is None:  # not a chain with a schedule-cache key: built now
+                        t = _new_tensor(Tensor)
+                        srcs = (operand, source) if reverse else (source, operand)
+                        t._uop = _new_uop(UOp, op, _BOOL if bool_result else dtype, srcs)
+                        t._deferred, t.device, t._requires_grad = None, self.device, self._requires_grad
+                        t.grad, t._shape = None, self._shape
+                        return t
+                    source_id, leaf = key[0], key[1] or source
+                if bool_result:
+                    dtype = _BOOL
+                # deferred (see `_DeferredOp`); the structure id as `constant_op_chain_id` gives it, looked up here
+                chain_id = known_chain_id((op, source_id, operand, reverse, dtype is _BOOL))
+                if chain_id is None:
+                    chain_id = constant_op_chain_id(op, source_id, operand, reverse, dtype is _BOOL)
+                deferred = _new_tensor(_DeferredOp)
+                deferred.op = op
+                deferred.dtype = dtype
+                deferred.source = source
+                deferred.operand = operand
+                deferred.reverse = reverse
+                deferred.chain_id = chain_id
+                deferred.leaf = leaf
+                deferred.node = None
+                deferred.extended = False
+                t = _new_tensor(Tensor)  # its `_uop` slot stays empty until `Tensor.uop` builds the node
+                t._deferred = deferred
+                t.device = self.device
+                t._requires_grad = self._requires_grad
+                t.grad = None
+                t._shape = self._shape
                 return t
         elif kind is Tensor:
-            other = y.uop
+            uop, other = self.uop, y.uop  # a deferred value is built here
             if (
                 other.dtype is uop.dtype
                 and y._shape == self._shape
@@ -200,7 +301,7 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                 if node._eager_key is None:
                     note_elementwise_pair(node, *srcs)
                 t = _new_tensor(Tensor)
-                t.uop, t.device, t.grad, t._shape = node, self.device, None, self._shape
+                t._uop, t._deferred, t.device, t.grad, t._shape = node, None, self.device, None, self._shape
                 t._requires_grad = _grad_of2(self._requires_grad, y._requires_grad)
                 return t
         return self._binop_general(op, y, reverse)
@@ -309,8 +410,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     [3.0, 5.0, 7.0]
     """
 
-    __slots__ = ("uop", "device", "_requires_grad", "grad", "_shape", "__weakref__")  # requires_grad: autograd.py
-    uop: UOp
+    # `uop` is a property over `_uop`; requires_grad: autograd.py
+    __slots__ = ("_uop", "_deferred", "device", "_requires_grad", "grad", "_shape", "__weakref__")
+    _uop: UOp  # empty while the value is deferred (`_deferred`), built on first read of `uop`
+    _deferred: _DeferredOp | _DeferredBuffer | None
     device: Any  # a device name, or a tuple of names for a sharded tensor
     _shape: tuple[sint, ...]
     _requires_grad: bool | None
@@ -377,6 +480,24 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     # ----- basic properties
 
     @property
+    def uop(self) -> UOp:
+        """The tensor-level UOp graph of the value (a buffer view once realized). Reading it builds a deferred op
+        (`_DeferredOp`) or a deferred result's buffer uop (`_DeferredBuffer`)."""
+        try:
+            return self._uop
+        except AttributeError:  # the slot is empty while the value is deferred
+            deferred = self._deferred
+            if deferred is None:
+                raise
+            uop = self._uop = _build_deferred(deferred)
+            self._deferred = None
+            return uop
+
+    @uop.setter
+    def uop(self, uop: UOp) -> None:
+        self._uop, self._deferred = uop, None
+
+    @property
     def shape(self) -> tuple[sint, ...]:
         """The shape (a tuple of ints; symbolic dims are UOps). A tensor's shape never changes, even when its uop is
         replaced (realize, assign), so it is kept on the tensor."""
@@ -385,7 +506,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     @property
     def dtype(self) -> DType:
         """The element dtype."""
-        return self.uop.dtype
+        deferred = self._deferred
+        return deferred.dtype if deferred is not None else self._uop.dtype
 
     @property
     def ndim(self) -> int:
@@ -537,6 +659,22 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and `lst`) into buffers; returns self. `Tensor.realize(a, b)` realizes both."""
         if not lst and type(self.device) is str:  # one tensor on one device: the eager loop's case, fewer steps
+            deferred = self._deferred
+            if deferred is not None:
+                if type(deferred) is _DeferredBuffer:
+                    return self
+                if not deferred.extended and not _grad_tensors.data:
+                    # a chain of deferred ops nothing else holds (else it is built below, so the realized table
+                    # serves the graphs that hold it), and no autograd history to remember: its cached schedule
+                    # runs without building the chain, into a buffer whose uop is made when someone asks
+                    found = schedule_for_chain(deferred.chain_id, deferred.leaf)
+                    if found is not None:
+                        entry, bufs, out, chain = found
+                        self._deferred = _DeferredBuffer(out, chain)
+                        run_cached, run_schedule = _runners()
+                        if not run_cached(entry, bufs, {}, do_update_stats):
+                            run_schedule(entry.items_on(bufs), {}, do_update_stats=do_update_stats)
+                        return self
             uop = base = self.uop
             while base.op in _MOVEMENT:
                 base = base.src[0]

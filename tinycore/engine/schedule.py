@@ -373,6 +373,7 @@ _BUFFER, _BIND = Ops.BUFFER, Ops.BIND
 _KEY_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.UNIQUE, Ops.VCONST})
 _MOVEMENT = GroupOp.Movement
 _pure_data = _pure.data
+_buffers_data = _buffers.data
 _realized_data = _realized.data
 _symbolic_args: dict[Any, bool] = {}
 
@@ -461,11 +462,37 @@ def note_elementwise_with_constant(node: UOp, value: UOp, constant: UOp) -> None
     dtype = node.dtype
     if dtype is not value.dtype and dtype is not _BOOL_DTYPE:
         return  # the key names the dtype by "same as the value's" or "bool" only
-    structure = (node.op, key[0], constant, node.src[0] is constant, dtype is _BOOL_DTYPE)  # type: ignore[index]
-    sid = _chain_ids.get(structure)
-    if sid is None:
-        sid = _chain_id(structure)
+    sid = constant_op_chain_id(node.op, key[0], constant, node.src[0] is constant, dtype is _BOOL_DTYPE)
     _set_eager_key(node, (sid, key[1] or value))  # type: ignore[index]
+
+
+def eager_key_of(uop: UOp) -> tuple[int, UOp | None] | None:
+    """`uop`'s eager chain key ``(structure id, BUFFER leaf or None when uop is that BUFFER)``, or None when it
+    is not an elementwise chain over one BUFFER (see `schedule_for_run`)."""
+    key = uop._eager_key
+    return key if key is not None or uop.op is not _BUFFER else _eager_key_of(uop)
+
+
+def constant_op_chain_id(op: Ops, value_id: int, constant: UOp, constant_first: bool, bool_result: bool) -> int:
+    """The structure id of a binary elementwise `op` of a chain of structure `value_id` and a sub-graph `constant`
+    without buffers or variables (in that order unless `constant_first`); `bool_result`: the result is bool, else
+    of the chain's dtype. `note_elementwise_with_constant` keys nodes with it; the tensor front end keys the ops it
+    has not built as UOps yet with it too, so both name one structure by one id."""
+    structure = (op, value_id, constant, constant_first, bool_result)
+    sid = _chain_ids.get(structure)
+    return sid if sid is not None else _chain_id(structure)
+
+
+# `known_chain_id((op, value_id, constant, constant_first, bool_result))`: the id `constant_op_chain_id` gave those
+# arguments, or None before it gave one (the tensor front end's hot path looks it up without a Python call)
+known_chain_id = _chain_ids.get
+
+
+def note_chain_node(node: UOp, chain_id: int, leaf: UOp) -> None:
+    """Give `node`, built from ops the tensor front end deferred, the eager chain key ``(chain_id, leaf)`` they
+    were given (unless hash-consing returned a node that has its key already)."""
+    if node._eager_key is None:
+        _set_eager_key(node, (chain_id, leaf))
 
 
 def note_elementwise_pair(node: UOp, first: UOp, second: UOp) -> None:
@@ -523,9 +550,13 @@ class _Entry:
 
     def buffers(self, walk: _Walk) -> list[Buffer]:
         """This call's buffer of every slot: the walk's inputs, then new (unallocated) buffers."""
+        return self.slot_buffers(walk.in_bufs)
+
+    def slot_buffers(self, in_bufs: list[Buffer]) -> list[Buffer]:
+        """The buffer of every slot given the input buffers `in_bufs` (in slot order): those, then new ones."""
         if self.plan is None:
-            return [*walk.in_bufs, *[Buffer(dev, size, dtype) for dev, size, dtype in self.new_specs]]
-        bufs = list(walk.in_bufs)
+            return [*in_bufs, *[Buffer(dev, size, dtype) for dev, size, dtype in self.new_specs]]
+        bufs = list(in_bufs)
         planned = self.plan.buffers(self.new_specs, self.n_inputs)
         for i, (device, size, dtype) in enumerate(self.new_specs):
             slot = self.n_inputs + i
@@ -643,6 +674,34 @@ def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer],
                     buf = _view_base(new)
                     _realized[node] = (_flat_view(buf, node.shape, buf.arg, unbind=False), *stamp)
     return entry, walk, bufs, new_uops
+
+
+def schedule_for_chain(chain_id: int, leaf: UOp) -> tuple[_Entry, list[Buffer], Buffer, tuple] | None:
+    """`schedule_for_run` of an eager chain whose ops were never built as UOps (a tensor's deferred ops, see
+    `tinycore.tensor`): the cached schedule of structure `chain_id` over the BUFFER `leaf`, the buffer of every
+    slot, and the chain's result: a new buffer and the movement ops ``((op, arg), ...)`` that make its view
+    (`buffer_view`). None, having done nothing, when no schedule of that structure is cached, or its result is not
+    a new buffer seen through fixed movement ops: the caller then builds the chain and calls `schedule_for_run`.
+    Nothing enters the realized table: no graph can hold a node that was never built."""
+    entry = _eager_entries.get(chain_id)
+    if entry is None:
+        return None
+    out = entry.outputs[0]
+    if out is None or out.symbolic or out.slot < entry.n_inputs:
+        return None
+    found = _buffers_data.get(id(leaf))  # `_buffers.get(leaf)` without the call
+    buf = found[1] if found is not None and found[0]() is leaf else buffer_of(leaf)
+    bufs = entry.slot_buffers([buf])
+    schedule_stats.hits += 1
+    return entry, bufs, bufs[out.slot], out.chain
+
+
+def buffer_view(buf: Buffer, chain: tuple[tuple[Ops, Any], ...] = ()) -> UOp:
+    """A new BUFFER uop backed by `buf`, seen through the movement ops `chain` ``((op, arg), ...)``."""
+    view = new_buffer_uop(buf.device, buf.size, buf.dtype, buf)
+    for op, arg in chain:
+        view = UOp(op, view.dtype, (view,), arg)
+    return view
 
 
 def create_schedule_with_vars(sink: UOp) -> tuple[list[ScheduleItem], dict[str, int]]:

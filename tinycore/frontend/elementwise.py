@@ -366,7 +366,14 @@ class ElementwiseMixin:
         o = o.cast(least_upper_float(o.dtype)) if not dtypes.is_float(o.dtype) else o
         x, o = x._broadcasted(o)
         neg = o.bitcast(_int_bits(o.dtype)) < 0
-        return neg.where(-x.abs(), x.abs())
+        out = neg.where(-x.abs(), x.abs())
+        if o.requires_grad is False:  # no gradient wanted
+            return out
+        # the sign comes through a bitcast, which has no gradient; PyTorch gives `other` a zero gradient, so `other`
+        # also enters through a WHERE branch that is never taken: the same values, and a gradient of exactly 0
+        # (a WHERE passes 0 to its unselected branch without multiplying, so inf/NaN upstream gives 0 too)
+        never = x._const_like(False, dtypes.bool, out.shape)
+        return never.where(o.cast(out.dtype), out)
 
     def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:  # type: ignore[misc]
         """``|self - other| <= atol + rtol * |other|`` (equal infinities are close; NaNs only with `equal_nan`)."""

@@ -1,0 +1,247 @@
+"""Deferred eager ops (`tinycore.tensor._DeferredOp`, `_DeferredBuffer`): an op of a tensor and a Python scalar on a
+chain with an eager schedule-cache key is not built as a UOp until something reads the tensor's `uop`, and a warm
+realize of such a chain runs its cached schedule without building it; the result's BUFFER uop is made on first read.
+
+Each test compares a deferred computation with numpy, or with the same computation forced through the built graph
+(reading `.uop` before realizing builds the nodes and takes the general path), so a stale or wrong fast path fails.
+Nothing here is timed."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import tinycore.tensor as tensor_module
+from tinycore.dtype import dtypes
+from tinycore.engine.schedule import buffer_of, clear_schedule_cache, schedule_stats
+from tinycore.helpers import GlobalCounters
+from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops, UOp
+
+
+def chain(y, n: int = 8):  # noqa: ANN001, ANN201 - a Tensor or a numpy array
+    """The peer benchmark's chain: multiply, add, subtract, multiply, repeated."""
+    for i in range(n):
+        m = i % 4
+        y = y * 1.0001 if m == 0 else (y + 0.5 if m == 1 else (y - 0.25 if m == 2 else y * 0.999))
+    return y
+
+
+def values(seed: int, n: int = 16) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def expected(seed: int, n: int = 8) -> np.ndarray:
+    return chain(values(seed).astype(np.float64), n)
+
+
+def warm(x: Tensor, build=chain) -> None:  # noqa: ANN001 - a callable of one tensor
+    """Realize `build(x)` until its chain has a cached schedule (the first build meets new scalar operands)."""
+    for _ in range(3):
+        build(x).realize()
+
+
+def is_deferred_op(t: Tensor) -> bool:
+    return type(t._deferred) is tensor_module._DeferredOp
+
+
+def built(t: Tensor) -> Tensor:
+    """`t` with its graph built (the general realize path from then on)."""
+    assert isinstance(t.uop, UOp)
+    return t
+
+
+def test_a_warm_chain_runs_without_building_its_nodes(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = Tensor(values(0), device=device).realize()
+    warm(x)
+    builds = []
+    real_build = tensor_module._build_deferred
+    monkeypatch.setattr(tensor_module, "_build_deferred", lambda d: builds.append(d) or real_build(d))
+    y = chain(x)
+    assert is_deferred_op(y) and y.dtype == dtypes.float and y.shape == (16,)
+    schedule_stats.reset()
+    GlobalCounters.reset()
+    y.realize()
+    assert builds == [] and schedule_stats.hits == 1 and GlobalCounters.kernel_count == 1
+    assert type(y._deferred) is tensor_module._DeferredBuffer
+    np.testing.assert_allclose(y.numpy(), expected(0), rtol=1e-5, atol=1e-6)
+    assert len(builds) == 1 and y.uop.op is Ops.BUFFER and buffer_of(y.uop) is not buffer_of(x.uop)
+
+
+def test_the_built_graph_is_the_one_built_at_once(device: str) -> None:
+    x = Tensor(values(1), device=device).realize()
+    x * 2.0 + 1.5  # meets the scalar operands (the first op with a new scalar takes the general path)
+    deferred = x * 2.0 + 1.5
+    assert is_deferred_op(deferred)
+    operand_two = (x * 2.0).uop.src[1]  # built now: the constant operand
+    first = UOp(Ops.MUL, dtypes.float, (x.uop, operand_two))
+    assert deferred.uop.src[0] is first  # hash-consed: the same node as building it directly
+    assert (x * 2.0 + 1.5).uop is deferred.uop
+    assert deferred.uop._eager_key is not None  # it keeps its schedule-cache key
+
+
+def test_results_are_fresh_buffers_and_correct_every_call(device: str) -> None:
+    x = Tensor(values(2), device=device).realize()
+    warm(x)
+    outs = [chain(x).realize() for _ in range(3)]
+    assert len({id(buffer_of(o.uop)) for o in outs}) == 3
+    for out in outs:
+        np.testing.assert_allclose(out.numpy(), expected(2), rtol=1e-5, atol=1e-6)
+
+
+def test_other_inputs_of_the_same_structure_read_their_own_buffer(device: str) -> None:
+    inputs = [Tensor(values(seed), device=device).realize() for seed in range(3, 6)]
+    warm(inputs[0])
+    for seed, x in zip(range(3, 6), inputs):
+        np.testing.assert_allclose(chain(x).realize().numpy(), expected(seed), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda t: t * 2.0 + 1.0,
+        lambda t: 1.0 - t * 2.0,  # reversed operand
+        lambda t: (t * 2.0 < 1.0) * 1.0,  # bool, then promoted: the general path
+        lambda t: t * 2.0 < 0.5,  # a bool result, deferred
+        lambda t: (t + 1.0) * (t - 1.0),  # a pair of deferred chains over one input
+        lambda t: t * 3.0 + t,  # a deferred chain and its input
+    ],
+)
+def test_deferred_and_built_paths_agree(device: str, build) -> None:  # noqa: ANN001
+    x = Tensor(values(6), device=device).realize()
+    for _ in range(3):
+        fast = build(x).realize().numpy()
+        slow = built(build(x)).realize().numpy()
+        np.testing.assert_array_equal(fast, slow)
+        assert fast.dtype.kind == build(values(6)).dtype.kind
+
+
+@pytest.mark.parametrize("op", ["lt", "gt", "eq", "ne", "mul", "add", "rsub"])
+def test_ops_on_values_without_a_chain_key(device: str, op: str) -> None:
+    """Scalar ops on a value that is not a keyed chain (here a view) are built at once, with the right dtype."""
+    base = values(19, 32)
+    builds = {
+        "lt": lambda t: t < 0.5,
+        "gt": lambda t: t > 0.5,
+        "eq": lambda t: t == 0.5,
+        "ne": lambda t: t != 0.5,
+        "mul": lambda t: t * 0.5,
+        "add": lambda t: t + 0.5,
+        "rsub": lambda t: 0.5 - t,
+    }
+    x = Tensor(base, device=device).realize()[3:19]
+    for _ in range(3):  # the first call meets the scalar, later ones take the fast path
+        out = builds[op](x)
+        assert not is_deferred_op(out)
+        reference = builds[op](base[3:19])
+        assert out.dtype == (dtypes.bool if reference.dtype == np.bool_ else dtypes.float)
+        np.testing.assert_array_equal(out.numpy(), reference)
+
+
+def test_dtypes_and_shapes_get_their_own_schedule(device: str) -> None:
+    floats = Tensor(values(7).reshape(4, 4), device=device).realize()
+    flat = Tensor(values(7), device=device).realize()
+    ints = Tensor(np.arange(16, dtype=np.int32).reshape(4, 4), device=device).realize()
+    for _ in range(3):
+        out = (floats * 2.0 + 1.0).realize()
+        assert out.shape == (4, 4) and out.uop.shape == (4, 4)
+        np.testing.assert_allclose(out.numpy(), values(7).reshape(4, 4) * 2 + 1, rtol=1e-6)
+        out = (flat * 2.0 + 1.0).realize()
+        assert out.shape == (16,)
+        np.testing.assert_allclose(out.numpy(), values(7) * 2 + 1, rtol=1e-6)
+        out = (ints * 2 + 1).realize()
+        assert out.dtype == dtypes.int32
+        np.testing.assert_array_equal(out.numpy(), np.arange(16).reshape(4, 4) * 2 + 1)
+
+
+def test_a_view_input_is_not_read_as_its_whole_buffer(device: str) -> None:
+    base = Tensor(values(8, 32), device=device).realize()
+    view = base[4:20]
+    for _ in range(3):
+        np.testing.assert_allclose((view * 2.0 + 1.0).numpy(), values(8, 32)[4:20] * 2 + 1, rtol=1e-6)
+
+
+def test_writes_to_the_input_are_read(device: str) -> None:
+    x = Tensor(values(9), device=device).realize()
+    warm(x)
+    before = chain(x)  # deferred before the write, realized after it
+    x.assign(Tensor(values(10), device=device)).realize()
+    np.testing.assert_allclose(before.numpy(), expected(10), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(chain(x).numpy(), expected(10), rtol=1e-5, atol=1e-6)
+
+
+def test_a_realized_parent_of_a_deferred_child(device: str) -> None:
+    x = Tensor(values(11), device=device).realize()
+    warm(x, lambda t: t * 2.0)
+    warm(x, lambda t: t * 2.0 + 1.0)
+    parent = x * 2.0
+    child = parent + 1.0
+    parent.realize()  # extended: built, so the realized table serves the child's graph
+    GlobalCounters.reset()
+    np.testing.assert_allclose(child.numpy(), values(11) * 2 + 1, rtol=1e-6)
+    assert GlobalCounters.kernel_count == 1
+    assert child.uop.op is not Ops.ADD  # the child's value is a buffer now
+    np.testing.assert_allclose(parent.numpy(), values(11) * 2, rtol=1e-6)
+    # the parent's stale value is not read after the input changes
+    other_child = parent * 3.0
+    x.assign(Tensor(values(12), device=device)).realize()
+    np.testing.assert_allclose(other_child.numpy(), values(11) * 6, rtol=1e-6)  # built on the realized buffer
+
+
+def test_setting_uop_replaces_a_deferred_value(device: str) -> None:
+    x = Tensor(values(13), device=device).realize()
+    y = x * 2.0
+    assert is_deferred_op(y)
+    y.uop = Tensor(values(14), device=device).realize().uop
+    assert y._deferred is None
+    np.testing.assert_allclose((y + 1.0).numpy(), values(14) + 1, rtol=1e-6)
+
+
+def test_gradients_flow_through_deferred_ops(device: str) -> None:
+    w = Tensor(values(15), device=device, requires_grad=True)
+    w.realize()
+    for _ in range(3):
+        w.grad = None
+        y = (w * 3.0 + 1.0) * 2.0
+        y.realize()  # realized before backward: its history is kept for the gradient
+        y.sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), np.full(16, 6.0), rtol=1e-6)
+
+
+def test_a_cleared_cache_schedules_the_chain_again(device: str) -> None:
+    x = Tensor(values(16), device=device).realize()
+    warm(x)
+    clear_schedule_cache()
+    schedule_stats.reset()
+    np.testing.assert_allclose(chain(x).realize().numpy(), expected(16), rtol=1e-5, atol=1e-6)
+    assert schedule_stats.misses == 1
+    np.testing.assert_allclose(chain(x).realize().numpy(), expected(16), rtol=1e-5, atol=1e-6)
+    assert schedule_stats.hits == 1 and schedule_stats.misses == 1
+
+
+def test_a_long_deferred_chain_builds_without_recursion(device: str) -> None:
+    x = Tensor(values(17), device=device).realize()
+    y = x
+    for _ in range(3000):
+        y = y + 1.0
+    assert is_deferred_op(y)
+    node = y.uop
+    assert node.op is Ops.ADD and node.depth >= 3000
+
+
+def test_deferred_values_keep_no_input_alive(device: str) -> None:
+    x = Tensor(values(18), device=device).realize()
+    warm(x)
+    out = chain(x).realize()
+    input_buffer = weakref.ref(buffer_of(x.uop))
+    del x
+    gc.collect()
+    assert input_buffer() is None
+    result_buffer = weakref.ref(out._deferred.buffer)
+    np.testing.assert_allclose(out.numpy(), expected(18), rtol=1e-5, atol=1e-6)
+    del out
+    gc.collect()
+    assert result_buffer() is None
