@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 import pytest
+from test_eager_chain_key import chain, values  # the peer benchmark's chain and its inputs
 
 import tinycore.tensor as tensor_module
 from tinycore.dtype import dtypes
@@ -20,18 +21,6 @@ from tinycore.engine.schedule import buffer_of, clear_schedule_cache, schedule_s
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
-
-
-def chain(y, n: int = 8):  # noqa: ANN001, ANN201 - a Tensor or a numpy array
-    """The peer benchmark's chain: multiply, add, subtract, multiply, repeated."""
-    for i in range(n):
-        m = i % 4
-        y = y * 1.0001 if m == 0 else (y + 0.5 if m == 1 else (y - 0.25 if m == 2 else y * 0.999))
-    return y
-
-
-def values(seed: int, n: int = 16) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
 
 
 def expected(seed: int, n: int = 8) -> np.ndarray:
