@@ -299,6 +299,23 @@ def test_lerp(device: str) -> None:
              forward_only=not HAS_GRAD)  # fmt: skip
 
 
+def test_abs_of_signed_zero_is_positive_zero(device: str) -> None:
+    """abs(-0.0) is +0.0 and the gradient at both zeros is 0, as in PyTorch (also through copysign's magnitude)."""
+    a = np.array([-0.0, 0.0, -1.5, 2.0, -math.inf], dtype=np.float32)
+    for dtype in (np.float32, np.float16):
+        got = Tensor(a.astype(dtype), device=device).abs().numpy()
+        want = torch.tensor(a.astype(dtype)).abs().numpy()
+        assert np.array_equal(np.signbit(got), np.signbit(want)) and np.array_equal(got, want)
+    magnitude = Tensor(np.array([-0.0, 0.0], dtype=np.float32), device=device).copysign(1.0).numpy()
+    assert not np.signbit(magnitude).any()
+    if HAS_GRAD:
+        x = Tensor(a, device=device, requires_grad=True)
+        x.abs().sum().backward()
+        t = torch.tensor(a, requires_grad=True)
+        t.abs().sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
 def test_copysign_zero_sign(device: str) -> None:
     a = np.array([1.0, -2.0, 3.0, -4.0, 0.0, 5.0], dtype=np.float32)
     b = np.array([-0.0, 0.0, -1.0, 2.0, -3.0, math.nan], dtype=np.float32)

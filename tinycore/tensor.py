@@ -1092,8 +1092,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         return self.maximum(0)
 
     def abs(self) -> Tensor:
-        """Absolute value."""
-        return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
+        """Absolute value (+0.0 for -0.0, like torch; the gradient at 0 is 0)."""
+        if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
+            return self
+        magnitude = self.maximum(-self)  # max(-0.0, 0.0) keeps the first operand: -0.0
+        return (self == 0).where(0, magnitude) if dtypes.is_float(self.dtype) else magnitude
 
     def square(self) -> Tensor:
         """x * x."""
