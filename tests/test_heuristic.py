@@ -101,6 +101,35 @@ def test_cpu_contiguous_reduce_is_unrolled_into_vector_accumulators():
     np.testing.assert_allclose(run(rowsum_ast(512, 256), [a.ravel()], CPURenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
 
 
+def test_cpu_long_rows_are_reduced_four_at_a_time():
+    """Rows of at least 64 vectors: four rows per step (four memory streams), on top of the vector accumulators;
+    not for short rows, and not when the body computes an exp (its polynomial chains need the registers)."""
+    opts = opts_of(rowsum_ast(64, 512), CPURenderer())
+    assert [o.arg for o in opts if o.op is OptOps.UNROLL] == [32] and [
+        o.arg for o in opts if o.op is OptOps.UPCAST
+    ] == [4]
+    a = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
+    np.testing.assert_allclose(run(rowsum_ast(64, 512), [a.ravel()], CPURenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
+    assert not [o for o in opts_of(rowsum_ast(512, 256), CPURenderer()) if o.op is OptOps.UPCAST]  # short rows
+    x = load(1, 64 * 512).reshape((64, 512)).alu(Ops.EXP2)
+    exp_rows = UOp.sink(UOp.define_global(0, dtypes.float, 64).reshape((64, 1)).store(x.r(Ops.ADD, (1,))))
+    assert not [o for o in opts_of(exp_rows, CPURenderer()) if o.op is OptOps.UPCAST]
+
+
+def test_cpu_long_elementwise_exp_takes_two_vectors_per_step():
+    x = load(1, 64 * 1024).reshape((64, 1024))
+    out = UOp.define_global(0, dtypes.float, 64 * 1024).reshape((64, 1024))
+    opts = opts_of(UOp.sink(out.store(x.alu(Ops.EXP2))), CPURenderer())
+    assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [16]  # two 8-float vectors: two exp chains overlap
+    plain = opts_of(UOp.sink(out.store(x * x + x)), CPURenderer())
+    assert [o.arg for o in plain if o.op is OptOps.UPCAST] == [8]
+    small = UOp.sink(UOp.define_global(0, dtypes.float, 64).store(load(1, 64).alu(Ops.EXP2)))
+    assert [o.arg for o in opts_of(small, CPURenderer()) if o.op is OptOps.UPCAST] == [8]  # too short to bother
+    a = np.random.default_rng(1).standard_normal((64, 1024)).astype(np.float32)
+    got = run(UOp.sink(out.store(x.alu(Ops.EXP2))), [a.ravel()], CPURenderer())
+    np.testing.assert_allclose(got, np.exp2(a.ravel()), rtol=1e-5)
+
+
 def test_thread_count_and_vector_width_sources():
     k = get_kernel(elementwise_ast(4, 4), CPURenderer())
     assert thread_count(k) == 4 and vector_width(k, 4) == 8 and vector_width(k, 2) == 16
