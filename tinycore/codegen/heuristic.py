@@ -27,10 +27,11 @@ depends only on what the renderer declares:
    accumulators (folded after the loop), and rows of at least 64 vectors are reduced four at a time (an output
    axis upcast by 4: four memory streams) unless the body computes an exp/log/sin; otherwise the innermost
    contiguous output axis is upcast to the vector width, or to two vectors for a long kernel computing an
-   exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4. Copies and permutes (no reduce): when the largest input is
-   contiguous along another output axis (a transpose), that axis is upcast too (an 8 x 8 tile transposed in
-   registers), a contiguous row of two vectors is taken whole, and the loop that reads the input with the smallest
-   stride goes innermost (the packing copy of a matmul's right operand reads its rows in order);
+   exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4. Copies and permutes (no
+   reduce): when the largest input is contiguous along another output axis (a transpose), that axis is upcast too
+   (an 8 x 8 tile transposed in registers), a contiguous row of two vectors is taken whole, and the loop that reads
+   the input with the smallest stride goes innermost (the packing copy of a matmul's right operand reads its rows
+   in order);
 3. the largest parallel output axis (the rows of a blocked matmul) is split across the CPU threads (``THREAD``):
    the renderer's ``threads`` attribute (the CLANG renderer reads ``THREADS`` or the CPU count), else
    ``os.cpu_count()``; kernels with little work stay on one thread.
