@@ -116,6 +116,24 @@ def test_cpu_long_rows_are_reduced_four_at_a_time():
     assert not [o for o in opts_of(exp_rows, CPURenderer()) if o.op is OptOps.UPCAST]
 
 
+def test_cpu_reduce_gathering_a_narrow_operand_takes_one_vector_per_step():
+    """``h @ w`` with a 10-wide ``w``: `h` is read along the reduce, `w` gathered with stride 10. One vector of
+    the reduce per step (rows still four at a time): four vectors gathered per step cost compile time for nothing."""
+    m, k, n = 128, 512, 10
+    h = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
+    w = load(2, k * n).reshape((1, k, n)).expand((m, k, n))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((h * w).r(Ops.ADD, (1,))))
+    opts = opts_of(ast, CPURenderer())
+    assert [o.arg for o in opts if o.op is OptOps.UNROLL] == [8] and [
+        o.arg for o in opts if o.op is OptOps.UPCAST
+    ] == [4]
+    assert [o.arg for o in opts_of(rowsum_ast(128, 512), CPURenderer()) if o.op is OptOps.UNROLL] == [32]  # no gather
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    got = run(ast, [a.ravel(), b.ravel()], CPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
 def test_cpu_long_elementwise_exp_takes_two_vectors_per_step():
     x = load(1, 64 * 1024).reshape((64, 1024))
     out = UOp.define_global(0, dtypes.float, 64 * 1024).reshape((64, 1024))

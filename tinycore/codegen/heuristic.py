@@ -24,14 +24,14 @@ depends only on what the renderer declares:
    too short for a vector (``A^T @ B`` with N = 10: a weight gradient), the lanes go along the other output axis
    if an operand is read contiguously along it (the two axes swap so those lanes are innermost);
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
-   accumulators (folded after the loop), and rows of at least 64 vectors are reduced four at a time (an output
-   axis upcast by 4: four memory streams) unless the body computes an exp/log/sin; otherwise the innermost
-   contiguous output axis is upcast to the vector width, or to two vectors for a long kernel computing an
-   exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4. Copies and permutes (no
-   reduce): when the largest input is contiguous along another output axis (a transpose), that axis is upcast too
-   (an 8 x 8 tile transposed in registers), a contiguous row of two vectors is taken whole, and the loop that reads
-   the input with the smallest stride goes innermost (the packing copy of a matmul's right operand reads its rows
-   in order);
+   accumulators (folded after the loop; one vector when another operand is gathered along it), and rows of at least
+   64 vectors are reduced four at a time (an output axis upcast by 4: four memory streams) unless the body computes
+   an exp/log/sin; otherwise the innermost contiguous output axis is upcast to the vector width, or to two vectors
+   for a long kernel computing an exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4.
+   Copies and permutes (no reduce): when the largest input is contiguous along another output axis (a transpose),
+   that axis is upcast too (an 8 x 8 tile transposed in registers), a contiguous row of two vectors is taken whole,
+   and the loop that reads the input with the smallest stride goes innermost (the packing copy of a matmul's right
+   operand reads its rows in order);
 3. the largest parallel output axis (the rows of a blocked matmul) is split across the CPU threads (``THREAD``):
    the renderer's ``threads`` attribute (the CLANG renderer reads ``THREADS`` or the CPU count), else
    ``os.cpu_count()``; kernels with little work stay on one thread.
@@ -264,7 +264,10 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
     out_axis = _contiguous_axis(k, k.output_axes, stores)
     red_axis = _contiguous_axis(k, k.reduce_axes, loads)
     if red_axis is not None:  # contiguous reduce: independent vector accumulators, folded after the loop
-        amt = _divisor(_size(red_axis), (4 * vw, 2 * vw, vw, 4, 2))
+        # another operand read with a stride along the reduce (``h @ w`` with a narrow ``w``) is gathered lane by
+        # lane: one vector per step, as wider steps cost compile time (wide gathers) and gain nothing at run time
+        gathered = any(_stride(p, red_axis) not in (0, 1) for p in loads)
+        amt = _divisor(_size(red_axis), (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2))
         idx = _axis_index(k.reduce_axes, red_axis)
         if amt is not None and idx is not None:
             _try(k, Opt(OptOps.UNROLL, idx, amt))
