@@ -143,6 +143,10 @@ def test_clang_declares_vector_and_panel_widths(clang):
         ((5, 3, 64), (64, 32)),  # batched left operand
         ((3, 1, 40, 32), (2, 32, 64)),  # broadcast batch dims, packed batched right operand
         ((256, 256), (256, 256)),
+        ((217, 186), (186, 171)),  # zero-filled last panel (171 -> 176 columns), rows padded 217 -> 224
+        ((101, 163), (163, 107)),  # both padded, prime-ish sizes
+        ((2, 65, 97), (97, 133)),  # batched left operand, padded panels
+        ((3, 48, 70), (3, 70, 150)),  # batched right operand padded per batch
     ],
 )
 def test_clang_matmul_matches_numpy(clang, sa, sb):
@@ -172,8 +176,13 @@ def test_packing_only_for_devices_that_ask_and_large_operands(clang):
     assert _packed_right_operand(big, 1) is big  # a matrix-vector product: no reuse
     small = Tensor(rand(8, 8), device="CLANG")
     assert _packed_right_operand(small, 64) is small
-    odd = Tensor(rand(128, 129), device="CLANG")
-    assert _packed_right_operand(odd, 64) is odd  # 65 columns: no whole panels
+    odd_np = rand(128, 129)
+    odd = _packed_right_operand(Tensor(odd_np, device="CLANG"), 64)  # 129 columns: the last panel zero-filled
+    panels = odd.uop.src[0]  # the shrink keeps the 129 real columns of a 144-wide view
+    assert odd.shape == (128, 129) and odd.uop.op is Ops.SHRINK and panels.shape == (128, 144)
+    np.testing.assert_array_equal(odd.numpy(), odd_np)
+    narrow = Tensor(rand(2048, 10), device="CLANG")
+    assert _packed_right_operand(narrow, 64) is narrow  # one panel or less: nothing to pack
     python = Tensor(rand(128, 128), device="PYTHON")
     assert _packed_right_operand(python, 64) is python  # PYTHON declares no panels
 
@@ -274,6 +283,7 @@ def test_clang_transposed_left_operand_matmul_matches_numpy(clang, shape):
         ((37, 48), (48, 10)),
         ((24, 40), (40, 96)),  # packed right operand; dx reads it transposed
         ((130, 33), (33, 48)),
+        ((131, 150), (150, 171)),  # padded tiles in the forward and both gradient matmuls
     ],
 )
 def test_clang_mlp_layer_gradients_match_torch(clang, sx, sw):

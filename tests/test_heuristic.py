@@ -82,6 +82,30 @@ def test_cpu_matmul_gets_a_register_tile_and_threads():
     )
 
 
+def test_cpu_matmul_tails_are_padded_to_whole_tiles():
+    """Sizes that don't divide the register tile: the rows are padded to whole 4-row tiles (times the threads), and
+    the columns to whole 16-wide tiles when the right operand's memory is padded too (the frontend's column panels);
+    a right operand without that padding keeps its columns (its extra lanes would be gathered)."""
+    m, k, n, wide = 131, 8, 42, 48
+    x = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
+    panel = load(2, k * wide).reshape((1, k, wide)).shrink(((0, 1), (0, k), (0, n))).expand((m, k, n))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * panel).r(Ops.ADD, (1,))))
+    opts = opts_of(ast, CPURenderer())
+    assert [(o.op, o.arg) for o in opts[:4]] == [
+        (OptOps.PADTO, 16),  # columns: 42 -> 48
+        (OptOps.PADTO, 16),  # rows: 131 -> 144, 4-row tiles split across 4 threads
+        (OptOps.UPCAST, 16),
+        (OptOps.UPCAST, 4),
+    ]
+    rng = np.random.default_rng(4)
+    a, w = rng.standard_normal((m, k)).astype(np.float32), np.zeros((k, wide), np.float32)
+    w[:, :n] = rng.standard_normal((k, n))
+    got = run(ast, [a.ravel(), w.ravel()], CPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ w[:, :n], rtol=1e-4, atol=1e-4)
+    tight = opts_of(matmul_ast(m, k, n), CPURenderer())
+    assert not [o for o in tight if o.op is OptOps.PADTO]  # its extra columns would be gathered: no padding
+
+
 def test_cpu_elementwise_vectorizes_the_contiguous_axis_and_threads_big_kernels():
     opts = opts_of(elementwise_ast(256, 256), CPURenderer())
     assert [o.op for o in opts] == [OptOps.UPCAST, OptOps.THREAD]
@@ -124,9 +148,9 @@ def test_cpu_reduce_gathering_a_narrow_operand_takes_one_vector_per_step():
     w = load(2, k * n).reshape((1, k, n)).expand((m, k, n))
     ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((h * w).r(Ops.ADD, (1,))))
     opts = opts_of(ast, CPURenderer())
-    assert [o.arg for o in opts if o.op is OptOps.UNROLL] == [8] and [
-        o.arg for o in opts if o.op is OptOps.UPCAST
-    ] == [4]
+    assert [o.arg for o in opts if o.op is OptOps.UNROLL] == [8] and [o.arg for o in opts if o.op is OptOps.UPCAST] == [
+        4
+    ]
     assert [o.arg for o in opts_of(rowsum_ast(128, 512), CPURenderer()) if o.op is OptOps.UNROLL] == [32]  # no gather
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)

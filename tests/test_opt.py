@@ -211,6 +211,32 @@ def test_padto_output_axis_then_upcast():
     assert sum(u.src[1].dtype.count for u in p.uops if u.op is Ops.STORE) == 35
 
 
+def test_padto_output_axes_gate_only_the_stores():
+    """Padding a matmul's output axes: the extra lanes' results are never stored, so a right operand whose memory
+    is padded too (a zero-filled column panel) is read as whole unmasked vectors, the left operand's extra rows
+    read the last real row (clamped, never out of bounds) and only the stores are gated."""
+    m, k, n, wide = 7, 5, 10, 16
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = np.zeros((k, wide), np.float32)
+    w[:, :n] = rng.standard_normal((k, n))
+    x = load(1, dtypes.float, m * k).reshape((m, k, 1)).expand((m, k, n))
+    y = load(2, dtypes.float, k * wide).reshape((1, k, wide)).shrink(((0, 1), (0, k), (0, n))).expand((m, k, n))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * y).r(Ops.ADD, (1,))))
+    got, p = run(ast, [a, w], [Opt(P, 1, 16), Opt(U, 1, 16), Opt(P, 0, 4), Opt(U, 0, 4)], LoopRenderer())
+    np.testing.assert_allclose(got.reshape(m, n), a @ w[:, :n], rtol=1e-5, atol=1e-5)
+    loads = [u for u in p.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    assert loads and all(len(u.src[0].src) == 2 for u in loads)  # no load is gated
+    assert any(u.dtype.count == 16 for u in loads)  # the padded operand: one 16-wide load per reduce step
+    stores = [u for u in p.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+    assert sum(u.src[1].dtype.count for u in stores) == 4 * n  # one 4-row tile per loop step: real columns only
+    # without memory behind the padding, the right operand's lanes are clamped to the last real column instead
+    tight = load(2, dtypes.float, k * n).reshape((1, k, n)).expand((m, k, n))
+    ast2 = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * tight).r(Ops.ADD, (1,))))
+    got2, _ = run(ast2, [a, np.ascontiguousarray(w[:, :n])], [Opt(P, 1, 16), Opt(U, 1, 16)], LoopRenderer())
+    np.testing.assert_allclose(got2.reshape(m, n), a @ w[:, :n], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
 def test_padto_reduce_axis_uses_the_identity(op):
     a = (-np.random.rand(3, 13) - 1).astype(np.float32)  # all negative: a 0 in the padding would win a MAX

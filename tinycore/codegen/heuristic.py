@@ -13,16 +13,19 @@ depends only on what the renderer declares:
 **CPU-style renderers** (no local ids):
 
 1. matmul-shaped reduces get **register blocking**: the output axis that is contiguous in memory is upcast by the
-   renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors) and the other
-   output axis by enough rows for 8-12 vector accumulators (4 x 16, 8 x 8, 6 x 16...), so the reduction loop runs
-   innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane and step; the row axis
-   is split across the threads, and a block of rows whose left operand fits in half an L2 cache stays there while
-   the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With a packed right
-   operand (the frontend repacks it into column panels when the renderer declares ``gemm_panel_bytes``) every
-   reduce step reads one contiguous panel row. A convolution (more than one reduce axis) gets the same register
-   tile but keeps its loop order (output channels outside the image rows). When the output's contiguous axis is
-   too short for a vector (``A^T @ B`` with N = 10: a weight gradient), the lanes go along the other output axis
-   if an operand is read contiguously along it (the two axes swap so those lanes are innermost);
+   renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors) and the other output
+   axis by enough rows for 8-12 vector accumulators (4 x 16, 8 x 8; 5- and 6-row tiles measured 3-6x slower on AVX2),
+   so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
+   and step; the row axis is split across the threads, and a block of rows whose left operand fits in half an L2
+   cache stays there while the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With
+   a packed right operand (the frontend repacks it into column panels when the renderer declares
+   ``gemm_panel_bytes``) every reduce step reads one contiguous panel row. Sizes that don't divide the tile are
+   padded to whole tiles (``PADTO``: only the stores of the extra lanes are masked): the rows to a multiple of the
+   tile times the threads when that adds at most an eighth, the columns when the packed operand's last panel is
+   zero-filled. A convolution (more than one reduce axis) gets the same register tile but keeps its loop order
+   (output channels outside the image rows). When the output's contiguous axis is too short for a vector (``A^T @ B``
+   with N = 10: a weight gradient), the lanes go along the other output axis if an operand is read contiguously along
+   it (the two axes swap so those lanes are innermost);
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
    accumulators (folded after the loop; one vector when another operand is gathered along it), and rows of at least
    64 vectors are reduced four at a time (an output axis upcast by 4: four memory streams) unless the body computes
@@ -58,7 +61,7 @@ from tinycore.codegen.expander import affine_coefficients
 from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps, TCCandidate
 from tinycore.dtype import PtrDType
 from tinycore.helpers import ContextVar, prod
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import AxisType, Ops, UOp, ssimplify
 
 __all__ = ["USE_TC", "hand_coded_optimizations", "thread_count", "vector_width"]
 
@@ -192,6 +195,8 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     widths = (panel if panel > 1 else 2 * vw, vw, 8, 4)
     jn = _divisor(_size(j), widths)
     swapped = None
+    if jn is None and _pad_columns(k, j, widths[0]):
+        jn = widths[0]
     if jn is None:
         swapped = _vector_rows(k, i, j, vw)
         if swapped is None:
@@ -200,7 +205,11 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
         jn = _divisor(_size(j), (vw,))
     vectors = max(1, -(-jn // vw)) if jn is not None else 1
     # about 8-12 vector accumulators: enough independent FMAs to hide their latency, few enough to stay in registers
-    im = _divisor(_size(i), [r for r in (6, 4, 8, 3, 2) if 8 <= r * vectors <= 12] + [4, 5, 3, 2])
+    rows = [r for r in (4, 8, 3, 2) if 8 <= r * vectors <= 12]
+    im = _divisor(_size(i), rows)
+    if im is None and rows and _pad_rows(k, i, min(rows)):
+        im = min(rows)
+    im = im or _divisor(_size(i), [4, 5, 3, 2])
     ja = _axis_index(k.output_axes, j)
     first = min(jn or 0, 16)  # one UPCAST is at most 16 lanes: wider tiles split the outer part again
     if jn is None or ja is None or not _try(k, Opt(OptOps.UPCAST, ja, first)):
@@ -213,6 +222,36 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     if im is None or ia is None or not _try(k, Opt(OptOps.UPCAST, ia, im)):
         im = 1
     return i, j, im, swapped is not None
+
+
+def _pad_columns(k: Kernel, j: UOp, width: int) -> bool:
+    """Pads the column axis `j` to whole tiles of `width` (``PADTO``) when the right operand is then still read as
+    whole vectors: its memory is padded too (the frontend's zero-filled column panels), so only the stores of the
+    extra columns are masked. Tried on a copy first; returns whether `k` was padded."""
+    ja, size = _axis_index(k.output_axes, j), _size(j)
+    if ja is None or not isinstance(size, int) or size <= width or size % width == 0:
+        return False
+    probe = k.copy()
+    if not _try(probe, Opt(OptOps.PADTO, ja, width)) or not _try(probe, Opt(OptOps.UPCAST, ja, min(width, 16))):
+        return False
+    lanes = [r for r in probe.rngs if r.arg[1] is AxisType.UPCAST][-1]
+    offsets = [ssimplify(ptr.src[1]) for ptr, is_store in _accesses(probe) if not is_store]
+    if not any(isinstance(o, UOp) and (c := affine_coefficients(o, [lanes])) and c[0] == 1 for o in offsets):
+        return False  # the operand isn't padded in memory: its loads would be gathered lane by lane
+    return _try(k, Opt(OptOps.PADTO, ja, width))
+
+
+def _pad_rows(k: Kernel, i: UOp, tile: int) -> bool:
+    """Pads the row axis `i` to whole tiles of `tile` rows (times the thread count, so the row tiles still split
+    evenly across the threads) when that adds at most an eighth: the extra rows read the last real row and are
+    never stored. Returns whether `k` was padded."""
+    ia, size = _axis_index(k.output_axes, i), _size(i)
+    if ia is None or not isinstance(size, int):
+        return False
+    multiple = tile * max(1, thread_count(k))
+    if size < 8 * multiple:
+        return False
+    return _try(k, Opt(OptOps.PADTO, ia, multiple))
 
 
 def _vector_rows(k: Kernel, i: UOp, j: UOp, vw: int) -> tuple[UOp, UOp] | None:

@@ -29,8 +29,12 @@ Which axis `Opt.axis` names:
 
 - ``LOCAL``/``UPCAST``/``THREAD``: an index into `Kernel.output_axes` (``LOOP``/``GLOBAL`` ranges);
 - ``GROUP``/``GROUPTOP``/``UNROLL``: an index into `Kernel.reduce_axes` (``REDUCE`` ranges);
-- ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to (the
-  extra iterations are masked: loads and stores gated, reduced values replaced by the reduce identity);
+- ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to. On a
+  reduce axis the extra iterations are masked (loads gated, reduced values replaced by the reduce identity). On an
+  output axis only the stores are gated: the extra lanes compute values nobody keeps, so a global load whose
+  address stays inside its buffer reads there unmasked (a matmul's zero-padded column panels: whole-vector loads
+  in the inner loop) and any other reads the last real lane's address (the padded range clamped to ``size - 1``);
+  local memory stays gated;
 - ``SWAP``: output axes ``axis`` and ``arg`` exchange their loop nesting (their axis ids);
 - ``TILE``: output axis ``axis`` becomes an outer loop over tiles and an inner loop of ``arg`` iterations nested
   right inside it (a new ``LOOP`` axis, last in `Kernel.output_axes`); with ``SWAP`` other loops move between the
@@ -144,6 +148,19 @@ class TCCandidate:
 def _size(r: UOp) -> sint:
     end = r.src[0]
     return end.arg if end.op is Ops.CONST else end
+
+
+def _global(index: UOp) -> bool:
+    """True when `index` addresses a global buffer (not local memory or registers)."""
+    dtype = index.src[0].dtype
+    return isinstance(dtype, PtrDType) and dtype.addrspace is AddrSpace.GLOBAL and index.src[0].op is Ops.DEFINE_GLOBAL
+
+
+def _inside(buffer: UOp, offset: UOp) -> bool:
+    """True when every value `offset` can take is an element of `buffer` (a pointer of known size)."""
+    size = buffer.dtype.size if isinstance(buffer.dtype, PtrDType) else -1
+    lo, hi = offset.vmin, offset.vmax
+    return size > 0 and isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < size
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -374,12 +391,19 @@ class Kernel:
         new = UOp.range(padded, rng.arg[0], rng.arg[1])
         valid = new < size
         sink = substitute_ranges(self.sink, {rng: (new, (new,))})
+        output_axis = rng.arg[1] is not AxisType.REDUCE
+        clamped = new.minimum(size - 1)
+        stored = {u.src[0] for u in sink.toposort() if u.op is Ops.STORE}
 
         def uses(u: UOp) -> bool:
             return new in u.toposort()
 
         def gate(u: UOp, src: tuple[UOp, ...]) -> UOp | None:
             if u.op is Ops.INDEX and isinstance(u.dtype, PtrDType) and any(uses(s) for s in src[1:]):
+                if output_axis and _global(u) and u not in stored:
+                    if _inside(src[0], src[1]):
+                        return None  # extra lanes read real memory; their results are never stored
+                    return u.replace(src=(src[0], *(s.substitute({new: clamped}) for s in src[1:])))
                 g = valid if len(src) == 2 else src[2] & valid
                 return u.replace(src=(src[0], src[1], g))
             if u.op is Ops.LOAD and len(src) == 1 and src[0].op is Ops.INDEX and len(src[0].src) == 3:

@@ -84,17 +84,23 @@ def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
     """The right operand ``(..., K, N)`` of a matmul with `rows` rows, as the same logical view of a copy whose
     memory is laid out in column panels ``(..., N / p, K, p)`` when the device asks for it (see
     `tinycore.renderer.Renderer.gemm_panel_bytes`): a register-blocked kernel then reads one panel row (``p``
-    consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous."""
+    consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous. When ``N`` is
+    not a multiple of ``p`` the last panel is filled up with zeros: the kernel pads its column axis to whole
+    panels (``PADTO``) and still reads whole vectors, storing only the real columns."""
     k, n = w.shape[-2], w.shape[-1]
     if not all(isinstance(d, int) for d in (*w.shape, rows)) or rows < _PACK_MIN_ROWS or k * n < _PACK_MIN_ELEMENTS:
         return w
     panel = _gemm_panel(w.device, w.dtype.itemsize)
-    if panel < 2 or n % panel or n == panel:
+    if panel < 2 or n <= panel:
         return w
     lead = w.shape[:-2]
     nl = len(lead)
-    packed = w.reshape(*lead, k, n // panel, panel).permute(*range(nl), nl + 1, nl, nl + 2).contiguous()
-    return packed.permute(*range(nl), nl + 1, nl, nl + 2).reshape(*lead, k, n)
+    wide = -(-n // panel) * panel
+    if wide != n:
+        w = w.pad(((0, 0),) * (nl + 1) + ((0, wide - n),))
+    packed = w.reshape(*lead, k, wide // panel, panel).permute(*range(nl), nl + 1, nl, nl + 2).contiguous()
+    unpacked = packed.permute(*range(nl), nl + 1, nl, nl + 2).reshape(*lead, k, wide)
+    return unpacked if wide == n else unpacked.shrink([(0, d) for d in (*lead, k, n)])
 
 
 def _rsqrt(x: Tensor) -> Tensor:
