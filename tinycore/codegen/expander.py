@@ -263,11 +263,6 @@ def affine_coefficients(idx: UOp, rngs: list[UOp]) -> list[int] | None:
 _Memo = dict[tuple[UOp, tuple[UOp, ...], tuple[int, ...]], UOp]
 
 
-def _uses_any(u: UOp, rngs: Iterable[UOp]) -> bool:
-    nodes = u.toposort()
-    return any(r in nodes for r in rngs)
-
-
 def _lane_plan(
     idx: UOp, gate: UOp | None, rngs: tuple[UOp, ...], cache: dict[Any, Any] | None = None
 ) -> tuple[list[int] | None, list[tuple[int, ...]], list[tuple[UOp, tuple[UOp, ...]]]]:
