@@ -168,23 +168,35 @@ def test_clang_packed_matmul_gradients_match_numpy(clang):
 
 
 def test_packing_only_for_devices_that_ask_and_large_operands(clang):
+    """A row-major right operand is packed when it is beyond a core's L2 or many rows reuse it, a small one with a
+    partial last panel only where the renderer can't mask that panel's loads; a transposed one always."""
     from tinycore import Tensor
+    from tinycore.frontend.processing import _PACK_MIN_ROWS_IN_PLACE as ROWS
     from tinycore.frontend.processing import _packed_right_operand
 
-    big = Tensor(rand(128, 128), device="CLANG")
+    big = Tensor(rand(384, 512), device="CLANG")  # 768 KiB: beyond L2
     assert _packed_right_operand(big, 64) is not big
     assert _packed_right_operand(big, 1) is big  # a matrix-vector product: no reuse
+    cached = Tensor(rand(256, 256), device="CLANG")  # 256 KiB: read from L2, packed only for many rows
+    assert _packed_right_operand(cached, ROWS // 2) is cached
+    assert _packed_right_operand(cached, ROWS) is not cached
     small = Tensor(rand(8, 8), device="CLANG")
     assert _packed_right_operand(small, 64) is small
-    odd_np = rand(128, 129)
-    odd = _packed_right_operand(Tensor(odd_np, device="CLANG"), 64)  # 129 columns: the last panel zero-filled
-    panels = odd.uop.src[0]  # the shrink keeps the 129 real columns of a 144-wide view
-    assert odd.shape == (128, 129) and odd.uop.op is Ops.SHRINK and panels.shape == (128, 144)
+    odd_np = rand(512, 513)
+    odd = _packed_right_operand(Tensor(odd_np, device="CLANG"), 256)  # 513 columns: the last panel zero-filled
+    panels = odd.uop.src[0]  # the shrink keeps the 513 real columns of a 528-wide view
+    assert odd.shape == (512, 513) and odd.uop.op is Ops.SHRINK and panels.shape == (512, 528)
     np.testing.assert_array_equal(odd.numpy(), odd_np)
+    small_odd = Tensor(rand(128, 129), device="CLANG")
+    packed = _packed_right_operand(small_odd, 64) is not small_odd
+    assert packed is not clang.renderer.masked_access  # masked loads read the partial panel in place
     narrow = Tensor(rand(2048, 10), device="CLANG")
-    assert _packed_right_operand(narrow, 64) is narrow  # one panel or less: nothing to pack
-    python = Tensor(rand(128, 128), device="PYTHON")
-    assert _packed_right_operand(python, 64) is python  # PYTHON declares no panels
+    assert _packed_right_operand(narrow, 4096) is narrow  # one panel or less: nothing to pack
+    transposed = Tensor(rand(128, 128), device="CLANG").T  # 64 KiB, but its columns are strided: packed
+    assert _packed_right_operand(transposed, 64) is not transposed
+    np.testing.assert_array_equal(_packed_right_operand(transposed, 64).numpy(), transposed.numpy())
+    python = Tensor(rand(384, 512), device="PYTHON")
+    assert _packed_right_operand(python, 4096) is python  # PYTHON declares no panels
 
 
 @pytest.mark.parametrize(

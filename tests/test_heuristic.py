@@ -27,6 +27,12 @@ class WideCPURenderer(CPURenderer):
     vector_bytes = 64
 
 
+class UnmaskedCPURenderer(CPURenderer):
+    """A CPU renderer without masked vector loads (like the C backend)."""
+
+    masked_access = False
+
+
 class NoThreadsRenderer(PythonRenderer):
     has_local = False
     has_shared = False
@@ -84,8 +90,9 @@ def test_cpu_matmul_gets_a_register_tile_and_threads():
 
 def test_cpu_matmul_tails_are_padded_to_whole_tiles():
     """Sizes that don't divide the register tile: the rows are padded to whole 4-row tiles (times the threads), and
-    the columns to whole 16-wide tiles when the right operand's memory is padded too (the frontend's column panels);
-    a right operand without that padding keeps its columns (its extra lanes would be gathered)."""
+    the columns to whole 16-wide tiles when the right operand's memory is padded too (the frontend's column panels)
+    or the renderer has masked loads; without either, a right operand keeps its columns (its extra lanes would be
+    gathered)."""
     m, k, n, wide = 131, 8, 42, 48
     x = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
     panel = load(2, k * wide).reshape((1, k, wide)).shrink(((0, 1), (0, k), (0, n))).expand((m, k, n))
@@ -102,8 +109,13 @@ def test_cpu_matmul_tails_are_padded_to_whole_tiles():
     w[:, :n] = rng.standard_normal((k, n))
     got = run(ast, [a.ravel(), w.ravel()], CPURenderer()).reshape(m, n)
     np.testing.assert_allclose(got, a @ w[:, :n], rtol=1e-4, atol=1e-4)
-    tight = opts_of(matmul_ast(m, k, n), CPURenderer())
+    tight = opts_of(matmul_ast(m, k, n), UnmaskedCPURenderer())
     assert not [o for o in tight if o.op is OptOps.PADTO]  # its extra columns would be gathered: no padding
+    masked = opts_of(matmul_ast(m, k, n), CPURenderer())
+    assert [(o.op, o.arg) for o in masked[:2]] == [(OptOps.PADTO, 16), (OptOps.PADTO, 16)]
+    b_tight = np.ascontiguousarray(w[:, :n])
+    got = run(matmul_ast(m, k, n), [a.ravel(), b_tight.ravel()], CPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ b_tight, rtol=1e-4, atol=1e-4)  # the last column tile: masked loads
 
 
 def test_cpu_elementwise_vectorizes_the_contiguous_axis_and_threads_big_kernels():

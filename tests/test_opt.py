@@ -23,6 +23,12 @@ class LoopRenderer(PythonRenderer):
     has_shared = False
 
 
+class UnmaskedLoopRenderer(LoopRenderer):
+    """CPU style without masked vector access (like the C backend)."""
+
+    masked_access = False
+
+
 class ScalarLoopRenderer(LoopRenderer):
     """CPU style without vectors: upcasts become scalar copies."""
 
@@ -223,18 +229,33 @@ def test_padto_output_axes_gate_only_the_stores():
     x = load(1, dtypes.float, m * k).reshape((m, k, 1)).expand((m, k, n))
     y = load(2, dtypes.float, k * wide).reshape((1, k, wide)).shrink(((0, 1), (0, k), (0, n))).expand((m, k, n))
     ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * y).r(Ops.ADD, (1,))))
-    got, p = run(ast, [a, w], [Opt(P, 1, 16), Opt(U, 1, 16), Opt(P, 0, 4), Opt(U, 0, 4)], LoopRenderer())
-    np.testing.assert_allclose(got.reshape(m, n), a @ w[:, :n], rtol=1e-5, atol=1e-5)
-    loads = [u for u in p.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
-    assert loads and all(len(u.src[0].src) == 2 for u in loads)  # no load is gated
-    assert any(u.dtype.count == 16 for u in loads)  # the padded operand: one 16-wide load per reduce step
-    stores = [u for u in p.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
-    assert sum(u.src[1].dtype.count for u in stores) == 4 * n  # one 4-row tile per loop step: real columns only
-    # without memory behind the padding, the right operand's lanes are clamped to the last real column instead
-    tight = load(2, dtypes.float, k * n).reshape((1, k, n)).expand((m, k, n))
-    ast2 = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * tight).r(Ops.ADD, (1,))))
-    got2, _ = run(ast2, [a, np.ascontiguousarray(w[:, :n])], [Opt(P, 1, 16), Opt(U, 1, 16)], LoopRenderer())
-    np.testing.assert_allclose(got2.reshape(m, n), a @ w[:, :n], rtol=1e-5, atol=1e-5)
+    opts = [Opt(P, 1, 16), Opt(U, 1, 16), Opt(P, 0, 4), Opt(U, 0, 4)]
+    for renderer in (UnmaskedLoopRenderer(), LoopRenderer()):
+        got, p = run(ast, [a, w], opts, renderer)
+        np.testing.assert_allclose(got.reshape(m, n), a @ w[:, :n], rtol=1e-5, atol=1e-5)
+        loads = [u for u in p.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+        assert loads and all(len(u.src[0].src) == 2 for u in loads)  # no load is gated
+        assert any(u.dtype.count == 16 for u in loads)  # the padded operand: one 16-wide load per reduce step
+        stores = [u for u in p.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+        assert sum(u.src[1].dtype.count for u in stores) == 4 * n  # one 4-row tile per loop step: real columns only
+        # the padded 4th row is stored only by the first tile: masked lanes join the real ones in one vector
+        masks = [u.src[0].src[2].dtype.count for u in stores if len(u.src[0].src) == 3]
+        assert masks == ([16] if renderer.masked_access else [])
+    # without memory behind the padding, the right operand's lanes are clamped to the last real column instead, or
+    # (with masked access) read as one masked vector
+    n2 = 26  # two column tiles, the second one with 10 real columns
+    w2 = rng.standard_normal((k, n2)).astype(np.float32)
+    x2 = load(1, dtypes.float, m * k).reshape((m, k, 1)).expand((m, k, n2))
+    tight = load(2, dtypes.float, k * n2).reshape((1, k, n2)).expand((m, k, n2))
+    ast2 = UOp.sink(UOp.define_global(0, dtypes.float, m * n2).reshape((m, 1, n2)).store((x2 * tight).r(Ops.ADD, (1,))))
+    for renderer in (UnmaskedLoopRenderer(), LoopRenderer()):
+        got2, p2 = run(ast2, [a, w2], [Opt(P, 1, 16), Opt(U, 1, 16)], renderer)
+        np.testing.assert_allclose(got2.reshape(m, n2), a @ w2, rtol=1e-5, atol=1e-5)
+        gated = [u for u in p2.uops if u.op is Ops.LOAD and len(u.src[0].src) == 3]
+        if renderer.masked_access:
+            assert [(u.dtype.count, u.src[0].src[2].dtype.count) for u in gated] == [(16, 16)]
+        else:
+            assert not gated
 
 
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])

@@ -113,6 +113,14 @@ buf = UOp.define_global(0, dtypes.float, 16)
         (UOp(Ops.LOAD, dtypes.float, (buf.index(x), fx)), "needs a gated INDEX"),
         (UOp(Ops.STORE, dtypes.float, (buf.index(x), fx)), "STORE returns void"),
         (UOp(Ops.STORE, dtypes.void, (buf.index(x), x)), "STORE of dtypes.index"),
+        (
+            UOp(Ops.STORE, dtypes.void, (buf.index(x, UOp.const(dtypes.bool.vec(2), True)), UOp.vectorize(fx, fx, fx))),
+            "one gate lane per element",
+        ),
+        (
+            UOp(Ops.LOAD, dtypes.float.vec(4), (buf.index(x, UOp.const(dtypes.bool.vec(2), True)),)),
+            "a 2-lane gate on an access of dtypes.float.vec",
+        ),
         (UOp(Ops.RANGE, dtypes.index, (fx,), (0, AxisType.LOOP)), "one integer source"),
         (UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 4),), 0), "RANGE arg must be"),
         (UOp(Ops.DEFINE_GLOBAL, dtypes.float, (), 0), "global pointer dtype"),

@@ -168,7 +168,9 @@ class Renderer:
 
     - `device`: the device family (``"PYTHON"``, ``"CUDA"``), `arch`: target architecture or None, `suffix`: a
       short tag used in kernel names and cache keys;
-    - `supports_float4`: vector loads/stores are rendered; `has_local`: work-groups and local ids exist;
+    - `supports_float4`: vector loads/stores are rendered; `masked_access`: a vector load or store through a
+      scalar INDEX may be gated by a bool vector (one lane per element: masked lanes are neither read, their value
+      being the alt value's lane, nor written) or by one scalar gate; `has_local`: work-groups and local ids exist;
       `has_shared`: work-group shared memory exists; `global_max`/`local_max`: per-axis launch limits (None: no
       such axes), `shared_max`: bytes of shared memory per group;
     - `tensor_cores`: the WMMA instructions it can render; `native_ops`: names of `Ops` it renders directly (for
@@ -186,6 +188,7 @@ class Renderer:
     arch: str | None = None
     suffix: str = ""
     supports_float4: bool = True
+    masked_access: bool = False
     has_local: bool = True
     has_shared: bool = True
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3

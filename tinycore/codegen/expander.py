@@ -11,8 +11,9 @@ Two strategies, chosen by the renderer (`Kernel.get_optimized_sink` calls one of
      is split per lane: each lane's address is computed (the ranges substituted by constants, simplified) and
      split into ``base + constant offset``. Lanes that share ``base`` and gate and have consecutive offsets become
      one vector access (``LOAD`` of ``dtype.vec(w)`` through a scalar ``INDEX``), the rest stay scalar; lanes with
-     the same address are loaded once. A load becomes ``UNROLL(lanes, axes)``; a store takes its value through
-     ``CONTRACT(value, axes)``.
+     the same address are loaded once. For a renderer with masked access, lanes that differ only in their gates
+     are one access too, gated by a bool vector (one lane per element). A load becomes ``UNROLL(lanes, axes)``; a
+     store takes its value through ``CONTRACT(value, axes)``.
   2. **lanes** (``"expand_lanes"``): each expanded range becomes ``UNROLL(VCONST(0..n-1), ((axis, n),))`` and
      ``UNROLL`` is pushed through the graph: an elementwise op over ``UNROLL`` sources is one vector op over the
      union of their axes (sources swizzled with ``GEP``, scalars broadcast with ``VECTORIZE``); other ops (``WMMA``,
@@ -65,7 +66,7 @@ _LANE_OPS = frozenset({Ops.UNROLL, Ops.CONTRACT})
 _VECTOR_OPS = frozenset({Ops.UNROLL, Ops.CONTRACT, Ops.WMMA})
 LATE_FOLD_BYTES = 32  # a reduce whose kept lanes are narrower than this accumulates all lanes, folds after the loop
 MAX_ACCESS_WIDTH = 16  # widest vector load/store emitted (lanes)
-# widest gated vector load: 1 until the PYTHON interpreter takes a vector alt value lane by lane
+# widest vector load under one scalar gate for renderers without masked access (their gated loads stay scalar)
 GATED_LOAD_WIDTH = 1
 
 Axes = tuple[tuple[Any, int], ...]
@@ -193,10 +194,19 @@ class _LaneAddress:
             self.lanes.append((base, off, g, never))
 
     def chunks(
-        self, max_width: int, dedupe: bool, gated_width: int
+        self, max_width: int, dedupe: bool, gated_width: int, masked: bool = False
     ) -> list[tuple[UOp | None, int, UOp | None, list[list[int]]]]:
         """Groups of lanes accessed together: ``(base, first offset, gate, lanes per element)``; each chunk covers
-        consecutive offsets. With `dedupe`, lanes of one address share an element (loads); else the last wins."""
+        consecutive offsets. With `dedupe`, lanes of one address share an element (loads); else the last wins.
+
+        With `masked` (the renderer takes a bool vector gate, one lane per element), lanes of one base with
+        different gates still form one access: its gate is the shared gate when the lanes agree, else a
+        ``VECTORIZE`` of the lanes' gates (``True`` for ungated lanes). Two lanes at one address with different
+        gates can't share an element; such an access is grouped by gate as without `masked`."""
+        if masked:
+            found = self._masked_chunks(max_width, dedupe)
+            if found is not None:
+                return found
         groups: dict[tuple[Any, Any], dict[int, list[int]]] = {}
         for lane, (base, off, g, never) in enumerate(self.lanes):
             if never:
@@ -208,25 +218,64 @@ class _LaneAddress:
                 offs[off] = [lane]
         out = []
         for (base, g), offs in groups.items():
-            keys = sorted(offs)
-            run: list[int] = []
-            runs: list[list[int]] = []
-            for k in keys:
-                if run and k != run[-1] + 1:
-                    runs.append(run)
-                    run = []
-                run.append(k)
-            runs.append(run)
-            for run in runs:
-                start = 0
-                while start < len(run):
-                    width = 1
-                    while width * 2 <= min(max_width if g is None else gated_width, len(run) - start):
-                        width *= 2
-                    part = run[start : start + width]
+            for run in _consecutive_runs(sorted(offs)):
+                for part in _power_of_two_pieces(run, max_width if g is None else gated_width):
                     out.append((base, part[0], g, [offs[k] for k in part]))
-                    start += width
         return out
+
+    def _masked_chunks(
+        self, max_width: int, dedupe: bool
+    ) -> list[tuple[UOp | None, int, UOp | None, list[list[int]]]] | None:
+        """`chunks` grouped by base only (see there); None when two lanes at one address have different gates."""
+        groups: dict[Any, dict[int, tuple[UOp | None, list[int]]]] = {}
+        for lane, (base, off, g, never) in enumerate(self.lanes):
+            if never:
+                continue
+            offs = groups.setdefault(base, {})
+            got = offs.get(off)
+            if got is not None and got[0] is not g:
+                return None
+            if got is not None and dedupe:
+                got[1].append(lane)
+            else:
+                offs[off] = (g, [lane])
+        out = []
+        for base, offs in groups.items():
+            for run in _consecutive_runs(sorted(offs)):
+                for part in _power_of_two_pieces(run, max_width):
+                    gates = [offs[k][0] for k in part]
+                    gate = gates[0] if all(g is gates[0] for g in gates) else _gate_vector(gates)
+                    out.append((base, part[0], gate, [offs[k][1] for k in part]))
+        return out
+
+
+def _consecutive_runs(keys: list[int]) -> list[list[int]]:
+    """Sorted `keys` cut where they skip a value: ``[0, 1, 2, 5, 6] -> [[0, 1, 2], [5, 6]]``."""
+    runs: list[list[int]] = []
+    for k in keys:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return runs
+
+
+def _power_of_two_pieces(run: list[int], max_width: int) -> list[list[int]]:
+    """`run` cut into pieces of the widest power of two that fits (at most `max_width`), left to right."""
+    pieces, start = [], 0
+    while start < len(run):
+        width = 1
+        while width * 2 <= min(max_width, len(run) - start):
+            width *= 2
+        pieces.append(run[start : start + width])
+        start += width
+    return pieces
+
+
+def _gate_vector(gates: list[UOp | None]) -> UOp:
+    """One bool lane per element: each lane's gate, ``True`` where a lane has none."""
+    on = UOp.const(dtypes.bool, True)
+    return UOp(Ops.VECTORIZE, dtypes.bool.vec(len(gates)), tuple(on if g is None else g for g in gates))
 
 
 def affine_coefficients(idx: UOp, rngs: list[UOp]) -> list[int] | None:
@@ -404,7 +453,8 @@ def _expand_load(ld: UOp, ctx: _MemCtx) -> UOp | None:
     la = _LaneAddress(ptr, rngs, ctx.memo, ctx.plans)
     alt = ld.src[1] if len(ld.src) > 1 else UOp.const(ld.dtype, 0)
     lane_src: list[UOp | tuple[UOp, int]] = [alt] * len(la.lanes)
-    for base, off, g, elems in la.chunks(ctx.max_width, dedupe=True, gated_width=GATED_LOAD_WIDTH):
+    gated_width = ctx.max_width if ctx.masked else GATED_LOAD_WIDTH
+    for base, off, g, elems in la.chunks(ctx.max_width, dedupe=True, gated_width=gated_width, masked=ctx.masked):
         width = len(elems)
         addr = _address(ptr.src[0], base, off, g)
         dt = _vec(ld.dtype, width)
@@ -440,15 +490,15 @@ def _expand_store(st: UOp, ctx: _MemCtx) -> list[UOp] | None:
     c = val.dtype.count
     value = UOp(Ops.CONTRACT, val.dtype.scalar().vec(c * prod(n for _, n in la.axes)), (val,), la.axes)
     stores = []
-    for base, off, g, elems in la.chunks(ctx.max_width, dedupe=False, gated_width=ctx.max_width):
+    for base, off, g, elems in la.chunks(ctx.max_width, dedupe=False, gated_width=ctx.max_width, masked=ctx.masked):
         lanes = [lane * c + e for (lane,) in elems for e in range(c)]
         stores.append(_address(ptr.src[0], base, off, g).store(_gep(value, lanes)))
     return stores
 
 
 class _MemCtx:
-    def __init__(self, rngs: list[UOp], max_width: int):
-        self.rngs, self.max_width = rngs, max_width
+    def __init__(self, rngs: list[UOp], max_width: int, masked: bool):
+        self.rngs, self.max_width, self.masked = rngs, max_width, masked
         self.memo: _Memo = {}
         self.access: dict[UOp, tuple[UOp, ...]] = {}  # memory access INDEX -> the ranges of `rngs` it uses
         self.plans: dict[Any, Any] = {}  # (index, gate, ranges) -> `_lane_plan`
@@ -459,8 +509,8 @@ pm_expand_memory = PatternMatcher(
 )
 
 
-def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int) -> UOp:
-    ctx = _MemCtx(rngs, max_width)
+def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int, masked: bool) -> UOp:
+    ctx = _MemCtx(rngs, max_width, masked)
     _presimplify(sink, rngs, ctx.memo, ctx.access, ctx.plans)
     stores: list[UOp] = []
     for st in sink.src:
@@ -676,10 +726,11 @@ pm_vector_cleanup = PatternMatcher(
 )
 
 
-def expand_vectors(sink: UOp, max_width: int = MAX_ACCESS_WIDTH) -> UOp:
+def expand_vectors(sink: UOp, max_width: int = MAX_ACCESS_WIDTH, masked: bool = False) -> UOp:
     """Expand the ``UPCAST``/``UNROLL`` ranges (and ``UNROLL``/``CONTRACT`` nodes the tensor-core opt built) of a
     lowered kernel into vector lanes (see the module docstring). Vector memory accesses are at most `max_width`
-    lanes wide."""
+    lanes wide; with `masked` (`tinycore.renderer.Renderer.masked_access`) consecutive lanes with different gates
+    are one access with a bool vector gate, and gated loads are vectors too."""
     size_one = {
         x: UOp.const(x.dtype, 0)
         for x in sink.toposort()
@@ -692,7 +743,7 @@ def expand_vectors(sink: UOp, max_width: int = MAX_ACCESS_WIDTH) -> UOp:
     has_lanes = any(u.op in _LANE_OPS for u in sink.toposort())
     if not rngs and not has_lanes:
         return sink
-    sink = _expand_memory(sink, rngs, max_width)
+    sink = _expand_memory(sink, rngs, max_width, masked)
     lanes = {
         r: UOp(
             Ops.UNROLL, r.dtype, (UOp.const(r.dtype.vec(_size(r)), tuple(range(_size(r)))),), ((r.arg[0], _size(r)),)

@@ -33,8 +33,9 @@ Which axis `Opt.axis` names:
   reduce axis the extra iterations are masked (loads gated, reduced values replaced by the reduce identity). On an
   output axis only the stores are gated: the extra lanes compute values nobody keeps, so a global load whose
   address stays inside its buffer reads there unmasked (a matmul's zero-padded column panels: whole-vector loads
-  in the inner loop) and any other reads the last real lane's address (the padded range clamped to ``size - 1``);
-  local memory stays gated;
+  in the inner loop) and any other reads the last real lane's address (the padded range clamped to ``size - 1``),
+  except that for a renderer with masked access a load contiguous along the padded axis is gated instead (one
+  masked vector load); local memory stays gated;
 - ``SWAP``: output axes ``axis`` and ``arg`` exchange their loop nesting (their axis ids);
 - ``TILE``: output axis ``axis`` becomes an outer loop over tiles and an inner loop of ``arg`` iterations nested
   right inside it (a new ``LOOP`` axis, last in `Kernel.output_axes`); with ``SWAP`` other loops move between the
@@ -64,7 +65,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
-from tinycore.codegen.expander import MAX_ACCESS_WIDTH, expand_scalar, expand_vectors
+from tinycore.codegen.expander import MAX_ACCESS_WIDTH, affine_coefficients, expand_scalar, expand_vectors
 from tinycore.codegen.lowerer import (
     lower_reduces,
     map_nodes,
@@ -394,6 +395,7 @@ class Kernel:
         output_axis = rng.arg[1] is not AxisType.REDUCE
         clamped = new.minimum(size - 1)
         stored = {u.src[0] for u in sink.toposort() if u.op is Ops.STORE}
+        masked = self.renderer is not None and self.renderer.masked_access
 
         def uses(u: UOp) -> bool:
             return new in u.toposort()
@@ -403,7 +405,10 @@ class Kernel:
                 if output_axis and _global(u) and u not in stored:
                     if _inside(src[0], src[1]):
                         return None  # extra lanes read real memory; their results are never stored
-                    return u.replace(src=(src[0], *(s.substitute({new: clamped}) for s in src[1:])))
+                    if not (masked and affine_coefficients(src[1], [new]) == [1]):
+                        # reads the last real lane instead: no branch, and a load along another axis stays one load
+                        return u.replace(src=(src[0], *(s.substitute({new: clamped}) for s in src[1:])))
+                    # contiguous along the padded axis: a masked vector load where the renderer has one
                 g = valid if len(src) == 2 else src[2] & valid
                 return u.replace(src=(src[0], src[1], g))
             if u.op is Ops.LOAD and len(src) == 1 and src[0].op is Ops.INDEX and len(src[0].src) == 3:
@@ -532,7 +537,7 @@ class Kernel:
         register accumulators, indices simplified. Sets `global_size` and `local_size`."""
         ren = self.renderer
         if ren is not None and ren.supports_float4:
-            sink = expand_vectors(self.sink, getattr(ren, "max_vector_access", MAX_ACCESS_WIDTH))
+            sink = expand_vectors(self.sink, getattr(ren, "max_vector_access", MAX_ACCESS_WIDTH), ren.masked_access)
         else:
             try:
                 sink = expand_scalar(self.sink)

@@ -12,7 +12,7 @@ How nodes are placed:
 - ``AFTER(buffer, *effects)`` edges order effects (register/shared-memory stores, barriers, loop ENDs); they stay
   in the program (renderers treat ``AFTER`` as its first source) so values read before and after a loop stay
   distinct nodes;
-- a STORE through a gated INDEX becomes ``IF(gate)``, ``STORE``, ``ENDIF``.
+- a STORE through a gated INDEX becomes ``IF(gate)``, ``STORE``, ``ENDIF`` (a bool vector gate stays: a masked store).
 
 >>> from tinycore.dtype import dtypes
 >>> from tinycore.uop.ops import UOp, Ops, AxisType
@@ -219,6 +219,7 @@ def _finalize(order: list[UOp], ends: dict[UOp, UOp]) -> list[UOp]:
             and ptr is not None
             and ptr.op is Ops.INDEX
             and len(ptr.src) == 3
+            and ptr.src[2].dtype.count == 1  # a bool vector gate masks lanes: the renderer's masked store
             and isinstance(ptr.dtype, PtrDType)
             and ptr.dtype.addrspace is not AddrSpace.REG
         ):

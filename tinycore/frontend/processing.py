@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_float
 from tinycore.helpers import prod
+from tinycore.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
     from tinycore.tensor import Tensor
@@ -57,8 +58,16 @@ def _unsqueeze(x: Tensor, axis: int) -> Tensor:
     return x.reshape(*x.shape[:axis], 1, *x.shape[axis:])
 
 
+_PACK_MIN_ELEMENTS = 1 << 14  # operands smaller than this stay in cache anyway
 _PACK_MIN_ROWS = 16  # fewer rows than this (a matrix-vector product) reuse the right operand too little to repack
-_PACK_MIN_ELEMENTS = 1 << 14  # right operands smaller than this stay in cache anyway
+# A right operand already row-major in memory is repacked only when the kernel reads it from beyond a core's L2 or
+# many rows reuse each panel. Measured on AVX2 (fp32, heuristic kernels, TinyJit replay, the copy included, GFLOPS
+# packed vs in place): operands up to 256 KiB with up to 256 rows are faster in place (160^3: 146 vs 179, 256^3: 115
+# vs 155), with 512 rows or more packed (512x256@256x256: 185 vs 160, 1024x128@128x128: 184 vs 168); 1-2 MiB ones
+# gain packed even with 128 rows (128x784@784x512: 163 vs 119). A transposed operand (``dh @ w.T`` in a backward
+# pass) is always repacked: its columns would otherwise be gathered lane by lane.
+_PACK_MIN_ROWS_IN_PLACE = 384
+_PACK_MIN_BYTES_IN_PLACE = 512 << 10
 
 
 def _gemm_panel(device: Any, itemsize: int) -> int:
@@ -75,6 +84,30 @@ def _gemm_panel(device: Any, itemsize: int) -> int:
     return nbytes // itemsize if nbytes >= 2 * itemsize else 0
 
 
+def _row_major_view(w: Tensor) -> bool:
+    """Whether `w` is its source's elements in order along the last axis: the movement ops between `w` and the
+    first computed or stored node only reshape or shrink (a ``PERMUTE``, ``FLIP``, ``PAD`` or ``EXPAND`` on the way
+    may move other elements under the last axis)."""
+    node = w.uop
+    while node.op in GroupOp.Movement:
+        if node.op is not Ops.RESHAPE and node.op is not Ops.SHRINK:
+            return False
+        node = node.src[0]
+    return True
+
+
+def _masked_access(device: Any) -> bool:
+    """Whether the device's renderer has masked vector loads (`tinycore.renderer.Renderer.masked_access`)."""
+    if not isinstance(device, str):
+        return False
+    from tinycore.device import Device
+
+    try:
+        return bool(Device[device].renderer.masked_access)
+    except Exception:  # noqa: BLE001 (as in `_gemm_panel`)
+        return False
+
+
 def _numel(x: Tensor) -> int:
     """The element count of `x` (0 when a dimension is symbolic)."""
     return prod(x.shape) if all(isinstance(d, int) for d in x.shape) else 0
@@ -83,16 +116,22 @@ def _numel(x: Tensor) -> int:
 def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
     """The right operand ``(..., K, N)`` of a matmul with `rows` rows, as the same logical view of a copy whose
     memory is laid out in column panels ``(..., N / p, K, p)`` when the device asks for it (see
-    `tinycore.renderer.Renderer.gemm_panel_bytes`): a register-blocked kernel then reads one panel row (``p``
+    `tinycore.renderer.Renderer.gemm_panel_bytes`) and the operand is transposed, large (beyond a core's L2) or
+    reused by many rows (see `_PACK_MIN_ROWS_IN_PLACE`): a register-blocked kernel then reads one panel row (``p``
     consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous. When ``N`` is
-    not a multiple of ``p`` the last panel is filled up with zeros: the kernel pads its column axis to whole
-    panels (``PADTO``) and still reads whole vectors, storing only the real columns."""
+    not a multiple of ``p`` the last panel is filled up with zeros: the kernel pads its column axis to whole panels
+    (``PADTO``) and still reads whole vectors, storing only the real columns. A small operand with such an ``N`` is
+    packed too where the renderer has no masked vector loads (its last column tile would be read lane by lane)."""
     k, n = w.shape[-2], w.shape[-1]
     if not all(isinstance(d, int) for d in (*w.shape, rows)) or rows < _PACK_MIN_ROWS or k * n < _PACK_MIN_ELEMENTS:
         return w
     panel = _gemm_panel(w.device, w.dtype.itemsize)
     if panel < 2 or n <= panel:
         return w
+    if _row_major_view(w):
+        large = rows >= _PACK_MIN_ROWS_IN_PLACE or k * n * w.dtype.itemsize > _PACK_MIN_BYTES_IN_PLACE
+        if not large and (n % panel == 0 or _masked_access(w.device)):
+            return w  # a partial last panel without masked loads would be read lane by lane: pad it in memory
     lead = w.shape[:-2]
     nl = len(lead)
     wide = -(-n // panel) * panel

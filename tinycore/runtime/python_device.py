@@ -127,6 +127,7 @@ class PythonRenderer(Renderer):
     has_local = True
     has_shared = True
     supports_float4 = True
+    masked_access = True
     global_max = (0x8FFFFFFF,) * 3
     local_max = (1024, 1024, 64)
     shared_max = 65536

@@ -227,6 +227,11 @@ def _and(m: Any, g: Any) -> Any:
     return g if m is None else (m & g)
 
 
+def _vector_gate(ptr: UOp) -> bool:
+    """Whether the INDEX `ptr` has a bool vector gate (one lane per element of a masked vector access)."""
+    return ptr.op is Ops.INDEX and len(ptr.src) > 2 and ptr.src[2].dtype.count > 1
+
+
 def _active(gate: Any, m: Any) -> Any:
     if gate is None:
         return m
@@ -870,8 +875,10 @@ class Interpreter:
             elif op is Ops.LOAD:
                 alt = s[1] if len(s) > 1 else "None"
                 if dt.count > 1 and not isinstance(dt, PtrDType):
+                    gate = f"{s[0]}[2]" + ("[_k]" if _vector_gate(u.src[0]) else "")
+                    alt += "[_k]" if len(s) > 1 and u.src[1].dtype.count > 1 else ""
                     emit(
-                        f"{vn[i]} = tuple({s[0]}[0].load({s[0]}[1] + _k, {s[0]}[2], {alt}, _m) "
+                        f"{vn[i]} = tuple({s[0]}[0].load({s[0]}[1] + _k, {gate}, {alt}, _m) "
                         f"for _k in range({dt.count}))"
                     )
                 else:
@@ -885,7 +892,8 @@ class Interpreter:
                         f"_id{i})"
                     )
                 elif u.src[1].dtype.count > 1:
-                    emit(f"for _k, _v in enumerate({s[1]}): {s[0]}[0].store({s[0]}[1] + _k, _v, {s[0]}[2], _m)")
+                    gate = f"{s[0]}[2]" + ("[_k]" if _vector_gate(u.src[0]) else "")
+                    emit(f"for _k, _v in enumerate({s[1]}): {s[0]}[0].store({s[0]}[1] + _k, _v, {gate}, _m)")
                 else:
                     emit(f"{s[0]}[0].store({s[0]}[1], {s[1]}, {s[0]}[2], _m)")
             elif op is Ops.BARRIER:

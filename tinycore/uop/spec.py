@@ -241,6 +241,16 @@ def _check_load(u: UOp) -> str | None:
             return f"LOAD alt value must have the load's dtype {u.dtype!r}, got {u.src[1].dtype!r}"
         if u.src[0].op is Ops.INDEX and len(u.src[0].src) != 3:
             return "LOAD with an alt value needs a gated INDEX (buffer, index, gate)"
+    return _check_lane_gate(u.src[0], u.dtype)
+
+
+def _check_lane_gate(ptr: UOp, access: DType) -> str | None:
+    """A bool vector gate on an INDEX with a scalar index (a masked access) has one lane per accessed element."""
+    if ptr.op is not Ops.INDEX or len(ptr.src) != 3 or ptr.src[1].dtype.count > 1:
+        return None
+    lanes = ptr.src[2].dtype.count
+    if lanes > 1 and lanes != access.count:
+        return f"a {lanes}-lane gate on an access of {access!r}: a masked access needs one gate lane per element"
     return None
 
 
@@ -254,7 +264,7 @@ def _check_store(u: UOp) -> str | None:
         return f"STORE target must be a pointer (an INDEX), got {ptr!r}"
     if val.scalar() != ptr.base.scalar():
         return f"STORE of {val!r} through a pointer to {ptr.base!r}"
-    return None
+    return _check_lane_gate(u.src[0], val)
 
 
 def _check_define(u: UOp, space: AddrSpace) -> str | None:

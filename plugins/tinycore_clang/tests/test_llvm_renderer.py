@@ -382,6 +382,37 @@ def test_gather_scatter_and_gated_vector_loads(run_uops, run_c):
     assert got[1][1] == expected[2] * 2 - 2 and got[1][0] == 0  # odd lanes scattered, even ones gated off
 
 
+def test_masked_vector_loads_and_stores(run_uops):
+    """A vector access gated lane by lane (a bool vector gate, `Renderer.masked_access`): ``llvm.masked.load``
+    (lanes that are off take the alt value's lane) and ``llvm.masked.store`` (lanes that are off keep memory), for
+    floats and bools."""
+    n, width = 16, 8
+    out, inp = UOp.define_global(0, dtypes.float32, n), UOp.define_global(1, dtypes.float32, n - 5)
+    flags_out, flags = UOp.define_global(2, dtypes.bool, n), UOp.define_global(3, dtypes.bool, n)
+    prog = ProgramBuilder()
+    i = prog.add(loop(n // width))
+    pos = [i * c32(width) + c32(lane) for lane in range(width)]
+    inside = UOp.vectorize(*(p < c32(n - 5) for p in pos))  # the second vector's last 5 lanes are past the buffer
+    alt = UOp.vectorize(*(UOp.const(dtypes.float32, -lane) for lane in range(width)))
+    loaded = UOp(Ops.LOAD, dtypes.float32.vec(width), (inp.index(i * c32(width), inside), alt))
+    kept = UOp.vectorize(*((p % c32(3)).ne(c32(0)) for p in pos))
+    prog.add(out.index(i * c32(width), kept).store(loaded * 2.0))
+    bits = UOp(
+        Ops.LOAD, dtypes.bool.vec(width), (flags.index(i * c32(width), kept), UOp.const(dtypes.bool.vec(width), True))
+    )
+    prog.add(flags_out.index(i * c32(width), inside).store(bits))
+    prog.add(UOp(Ops.END, dtypes.void, (prog.uops[-1], i)))
+    data = np.arange(1, n - 4, dtype=np.float32)
+    bools = RNG.integers(0, 2, n).astype(bool)
+    got, _, got_flags, _ = run_uops(prog.uops, [np.full(n, 100, np.float32), data, np.zeros(n, bool), bools])
+    j = np.arange(n)
+    loaded_ref = np.where(j < n - 5, np.concatenate([data, np.zeros(5, np.float32)]), -(j % width))
+    np.testing.assert_array_equal(got, np.where(j % 3 != 0, loaded_ref * 2, 100))
+    np.testing.assert_array_equal(got_flags, np.where(j < n - 5, np.where(j % 3 != 0, bools, True), False))
+    text = renderer().render(prog.uops, "masked")
+    assert "@llvm.masked.load.v8f32" in text and "@llvm.masked.store.v8f32" in text and "@llvm.masked.load.v8i8" in text
+
+
 def test_bool_registers_and_memory(run_uops):
     """Bools are i1 in registers and bytes in memory: loads, logic, where, stores of scalars and vectors."""
     n = 8

@@ -24,7 +24,8 @@ that only feeds addresses, loop bounds and gates (the C renderer's index-only va
 signed ``int`` arithmetic clang emits for it; value arithmetic wraps.
 
 Control flow: a ``RANGE`` is a loop with a ``phi`` counter (header test first, like a C ``for``), ``IF`` a branch,
-gated loads and stores branch around the memory access (a gated-off address is never touched), register arrays
+gated loads and stores branch around the memory access (a gated-off address is never touched; a vector access
+gated lane by lane is ``llvm.masked.load``/``llvm.masked.store``, which touch only the enabled lanes), register arrays
 (``DEFINE_REG``) are ``alloca``s in the entry block (promoted to registers by the optimizer). A pure value used
 outside the block that computed it (legal in C, where single-use expressions are evaluated where they are used) is
 computed again where it is used.
@@ -187,6 +188,20 @@ def _int_type(bits: int, count: int) -> str:
     return f"<{count} x i{bits}>" if count > 1 else f"i{bits}"
 
 
+def _masked_suffix(dtype: DType, typed_pointers: bool) -> str:
+    """The overload suffix of ``llvm.masked.load``/``store`` for a vector of `dtype` in memory.
+
+    >>> _masked_suffix(dtypes.float.vec(8), True), _masked_suffix(dtypes.bool.vec(4), False)
+    ('v8f32.p0v8f32', 'v4i8.p0')
+    """
+    element = _memory_type(dtype.scalar())
+    vector = f"v{dtype.count}{_FLOAT_SUFFIXES.get(element, element)}"
+    return f"{vector}.p0{vector}" if typed_pointers else f"{vector}.p0"
+
+
+_FLOAT_SUFFIXES = {"float": "f32", "double": "f64", "half": "f16"}
+
+
 def _intrinsic_suffix(dtype: DType) -> str:
     scalar = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.float16: "f16"}[dtype.scalar()]
     return f"v{dtype.count}{scalar}" if dtype.count > 1 else scalar
@@ -218,6 +233,8 @@ class LLVMRenderer(ClangRenderer):
     >>> r.device, "MULACC" in r.native_ops
     ('CLANG', True)
     """
+
+    masked_access = True  # llvm.masked.load / llvm.masked.store (AVX vmaskmov, AVX-512 masked moves)
 
     def __init__(self, arch: str | None = None, threads: int | None = None, typed_pointers: bool | None = None):
         super().__init__(arch=arch, threads=threads)
@@ -601,7 +618,10 @@ class _IRWriter:
             self.define(u, self.gather(u, index, gate))
             return
         if gate is not None and gate.dtype.count > 1:
-            raise self.fail(u, "a vector gate on a load that is not a gather")
+            if gate.dtype.count != u.dtype.count:
+                raise self.fail(u, f"a {gate.dtype.count}-lane gate on a {u.dtype.count}-lane load")
+            self.define(u, self.masked_load(u, gate))
+            return
         ptr = self.get(u.src[0])
         alt = None
         if gate is not None:
@@ -611,6 +631,43 @@ class _IRWriter:
             raise self.fail(u, "loads through something that is not a known pointer")
         gate_text = self.get(gate) if gate is not None else None
         self.define(u, self.guarded(lambda: self.load_value(ptr, pointee, u.dtype), gate_text, alt, llvm_type(u.dtype)))
+
+    def masked_load(self, u: UOp, gate: UOp) -> str:
+        """A vector LOAD gated lane by lane (``llvm.masked.load``: masked-off lanes are not read and take the alt
+        value's lane)."""
+        pointee = self.pointees.get(u.src[0])
+        if pointee is None:
+            raise self.fail(u, "loads through something that is not a known pointer")
+        mtype, mask_type = _memory_type(u.dtype), llvm_type(gate.dtype)
+        ptr = self.repoint(self.get(u.src[0]), _stride_type(pointee), mtype)
+        alt = self.operand(u.src[1], u.dtype.count) if len(u.src) > 1 else self.const_like(0, u.dtype)
+        suffix = _masked_suffix(u.dtype, self.typed)
+        name = self.intrinsic(f"llvm.masked.load.{suffix}", mtype, [self.ptr(mtype), "i32", mask_type, mtype])
+        align = max(1, u.dtype.scalar().itemsize)
+        passthru = self.store_value(alt, u.dtype)
+        args = f"{self.ptr(mtype)} {ptr}, i32 {align}, {mask_type} {self.get(gate)}, {mtype} {passthru}"
+        raw = self.inst(f"call {mtype} {name}({args})", "ld")
+        if u.dtype.scalar() == dtypes.bool:
+            return self.inst(f"trunc {mtype} {raw} to {llvm_type(u.dtype)}")
+        return raw
+
+    def masked_store(self, u: UOp, gate: UOp) -> None:
+        """A vector STORE gated lane by lane (``llvm.masked.store``: masked-off lanes are not written)."""
+        target, value = u.src[0], u.src[1]
+        pointee = self.pointees.get(target)
+        if pointee is None:
+            raise self.fail(u, "stores through something that is not a known pointer")
+        if gate.dtype.count != value.dtype.count:
+            raise self.fail(u, f"a {gate.dtype.count}-lane gate on a {value.dtype.count}-lane store")
+        mtype, mask_type = _memory_type(value.dtype), llvm_type(gate.dtype)
+        ptr = self.repoint(self.get(target), _stride_type(pointee), mtype)
+        suffix = _masked_suffix(value.dtype, self.typed)
+        name = self.intrinsic(f"llvm.masked.store.{suffix}", "void", [mtype, self.ptr(mtype), "i32", mask_type])
+        stored = self.store_value(self.get(value), value.dtype)
+        align = max(1, value.dtype.scalar().itemsize)
+        self.emit(
+            f"call void {name}({mtype} {stored}, {self.ptr(mtype)} {ptr}, i32 {align}, {mask_type} {self.get(gate)})"
+        )
 
     def load_value(self, ptr: str, pointee: DType, dtype: DType) -> str:
         """Load a `dtype` from `ptr` (which points at `pointee`s; element alignment; bool bytes become i1)."""
@@ -684,7 +741,8 @@ class _IRWriter:
         if gate_text == "false":
             return
         if gate is not None and gate.dtype.count > 1:
-            raise self.fail(u, "a vector gate on a store that is not a scatter")
+            self.masked_store(u, gate)
+            return
         streams = gate is None and self.nontemporal and value.dtype.count > 1 and _KernelWriter._streams(target, value)
         join = None
         if gate_text is not None and gate_text != "true":
