@@ -70,17 +70,22 @@ _PACK_MIN_ROWS_IN_PLACE = 384
 _PACK_MIN_BYTES_IN_PLACE = 512 << 10
 
 
-def _gemm_panel(device: Any, itemsize: int) -> int:
-    """Width in elements of the column panels the device's renderer wants a matmul's right operand packed into
-    (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked)."""
+def _renderer_setting(device: Any, name: str) -> Any:
+    """Attribute `name` of the device's renderer (None when the device can't be asked)."""
     if not isinstance(device, str):
-        return 0
+        return None
     from tinycore.device import Device
 
     try:
-        nbytes = int(getattr(Device[device].renderer, "gemm_panel_bytes", 0) or 0)
+        return getattr(Device[device].renderer, name, None)
     except Exception:  # noqa: BLE001 (a device that can't be opened simply gets no packing)
-        return 0
+        return None
+
+
+def _gemm_panel(device: Any, itemsize: int) -> int:
+    """Width in elements of the column panels the device's renderer wants a matmul's right operand packed into
+    (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked)."""
+    nbytes = int(_renderer_setting(device, "gemm_panel_bytes") or 0)
     return nbytes // itemsize if nbytes >= 2 * itemsize else 0
 
 
@@ -94,18 +99,6 @@ def _row_major_view(w: Tensor) -> bool:
             return False
         node = node.src[0]
     return True
-
-
-def _masked_access(device: Any) -> bool:
-    """Whether the device's renderer has masked vector loads (`tinycore.renderer.Renderer.masked_access`)."""
-    if not isinstance(device, str):
-        return False
-    from tinycore.device import Device
-
-    try:
-        return bool(Device[device].renderer.masked_access)
-    except Exception:  # noqa: BLE001 (as in `_gemm_panel`)
-        return False
 
 
 def _numel(x: Tensor) -> int:
@@ -130,7 +123,7 @@ def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
         return w
     if _row_major_view(w):
         large = rows >= _PACK_MIN_ROWS_IN_PLACE or k * n * w.dtype.itemsize > _PACK_MIN_BYTES_IN_PLACE
-        if not large and (n % panel == 0 or _masked_access(w.device)):
+        if not large and (n % panel == 0 or _renderer_setting(w.device, "masked_access")):
             return w  # a partial last panel without masked loads would be read lane by lane: pad it in memory
     lead = w.shape[:-2]
     nl = len(lead)

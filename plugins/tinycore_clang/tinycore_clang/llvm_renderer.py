@@ -188,22 +188,22 @@ def _int_type(bits: int, count: int) -> str:
     return f"<{count} x i{bits}>" if count > 1 else f"i{bits}"
 
 
+_FLOAT_SUFFIXES = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.float16: "f16"}
+
+
 def _masked_suffix(dtype: DType, typed_pointers: bool) -> str:
     """The overload suffix of ``llvm.masked.load``/``store`` for a vector of `dtype` in memory.
 
     >>> _masked_suffix(dtypes.float.vec(8), True), _masked_suffix(dtypes.bool.vec(4), False)
     ('v8f32.p0v8f32', 'v4i8.p0')
     """
-    element = _memory_type(dtype.scalar())
-    vector = f"v{dtype.count}{_FLOAT_SUFFIXES.get(element, element)}"
+    scalar = dtype.scalar()
+    vector = f"v{dtype.count}{_FLOAT_SUFFIXES.get(scalar) or _memory_type(scalar)}"
     return f"{vector}.p0{vector}" if typed_pointers else f"{vector}.p0"
 
 
-_FLOAT_SUFFIXES = {"float": "f32", "double": "f64", "half": "f16"}
-
-
 def _intrinsic_suffix(dtype: DType) -> str:
-    scalar = {dtypes.float32: "f32", dtypes.float64: "f64", dtypes.float16: "f16"}[dtype.scalar()]
+    scalar = _FLOAT_SUFFIXES[dtype.scalar()]
     return f"v{dtype.count}{scalar}" if dtype.count > 1 else scalar
 
 
@@ -618,8 +618,6 @@ class _IRWriter:
             self.define(u, self.gather(u, index, gate))
             return
         if gate is not None and gate.dtype.count > 1:
-            if gate.dtype.count != u.dtype.count:
-                raise self.fail(u, f"a {gate.dtype.count}-lane gate on a {u.dtype.count}-lane load")
             self.define(u, self.masked_load(u, gate))
             return
         ptr = self.get(u.src[0])
@@ -635,39 +633,37 @@ class _IRWriter:
     def masked_load(self, u: UOp, gate: UOp) -> str:
         """A vector LOAD gated lane by lane (``llvm.masked.load``: masked-off lanes are not read and take the alt
         value's lane)."""
-        pointee = self.pointees.get(u.src[0])
-        if pointee is None:
-            raise self.fail(u, "loads through something that is not a known pointer")
-        mtype, mask_type = _memory_type(u.dtype), llvm_type(gate.dtype)
-        ptr = self.repoint(self.get(u.src[0]), _stride_type(pointee), mtype)
+        name, mtype, ptr, tail = self.masked_access(u, "load", u.src[0], u.dtype, gate)
         alt = self.operand(u.src[1], u.dtype.count) if len(u.src) > 1 else self.const_like(0, u.dtype)
-        suffix = _masked_suffix(u.dtype, self.typed)
-        name = self.intrinsic(f"llvm.masked.load.{suffix}", mtype, [self.ptr(mtype), "i32", mask_type, mtype])
-        align = max(1, u.dtype.scalar().itemsize)
-        passthru = self.store_value(alt, u.dtype)
-        args = f"{self.ptr(mtype)} {ptr}, i32 {align}, {mask_type} {self.get(gate)}, {mtype} {passthru}"
-        raw = self.inst(f"call {mtype} {name}({args})", "ld")
+        raw = self.inst(
+            f"call {mtype} {name}({self.ptr(mtype)} {ptr}, {tail}, {mtype} {self.store_value(alt, u.dtype)})", "ld"
+        )
         if u.dtype.scalar() == dtypes.bool:
             return self.inst(f"trunc {mtype} {raw} to {llvm_type(u.dtype)}")
         return raw
 
     def masked_store(self, u: UOp, gate: UOp) -> None:
         """A vector STORE gated lane by lane (``llvm.masked.store``: masked-off lanes are not written)."""
-        target, value = u.src[0], u.src[1]
+        value = u.src[1]
+        name, mtype, ptr, tail = self.masked_access(u, "store", u.src[0], value.dtype, gate)
+        stored = self.store_value(self.get(value), value.dtype)
+        self.emit(f"call void {name}({mtype} {stored}, {self.ptr(mtype)} {ptr}, {tail})")
+
+    def masked_access(self, u: UOp, kind: str, target: UOp, dtype: DType, gate: UOp) -> tuple[str, str, str, str]:
+        """What ``llvm.masked.<kind>`` of a `dtype` vector through `target` needs: the declared intrinsic, the
+        memory type, the pointer, and the ``align, mask`` arguments."""
         pointee = self.pointees.get(target)
         if pointee is None:
-            raise self.fail(u, "stores through something that is not a known pointer")
-        if gate.dtype.count != value.dtype.count:
-            raise self.fail(u, f"a {gate.dtype.count}-lane gate on a {value.dtype.count}-lane store")
-        mtype, mask_type = _memory_type(value.dtype), llvm_type(gate.dtype)
-        ptr = self.repoint(self.get(target), _stride_type(pointee), mtype)
-        suffix = _masked_suffix(value.dtype, self.typed)
-        name = self.intrinsic(f"llvm.masked.store.{suffix}", "void", [mtype, self.ptr(mtype), "i32", mask_type])
-        stored = self.store_value(self.get(value), value.dtype)
-        align = max(1, value.dtype.scalar().itemsize)
-        self.emit(
-            f"call void {name}({mtype} {stored}, {self.ptr(mtype)} {ptr}, i32 {align}, {mask_type} {self.get(gate)})"
+            raise self.fail(u, f"{kind}s through something that is not a known pointer")
+        if gate.dtype.count != dtype.count:
+            raise self.fail(u, f"a {gate.dtype.count}-lane gate on a {dtype.count}-lane {kind}")
+        mtype, mask_type, pointer = _memory_type(dtype), llvm_type(gate.dtype), self.ptr(_memory_type(dtype))
+        args = [pointer, "i32", mask_type, mtype] if kind == "load" else [mtype, pointer, "i32", mask_type]
+        name = self.intrinsic(
+            f"llvm.masked.{kind}.{_masked_suffix(dtype, self.typed)}", mtype if kind == "load" else "void", args
         )
+        ptr = self.repoint(self.get(target), _stride_type(pointee), mtype)
+        return name, mtype, ptr, f"i32 {max(1, dtype.scalar().itemsize)}, {mask_type} {self.get(gate)}"
 
     def load_value(self, ptr: str, pointee: DType, dtype: DType) -> str:
         """Load a `dtype` from `ptr` (which points at `pointee`s; element alignment; bool bytes become i1)."""
