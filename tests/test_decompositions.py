@@ -751,6 +751,21 @@ def test_index_division_uses_value_ranges() -> None:
     assert decompose(big // 7, BASIC_OPS).op is Ops.IDIV
 
 
+def test_native_index_division_by_a_power_of_two_becomes_a_shift() -> None:
+    """A renderer with native IDIV/MOD still gets ``x // 2^k`` and ``x % 2^k`` of a never-negative index as a shift
+    and a mask (its signed division would have to round negatives toward zero); anything else stays native."""
+    native = {"IDIV", "MOD"}
+    x, y = UOp.variable("i", 0, 5000), UOp.variable("j", -50, 5000)
+    xs = np.arange(0, 5001, dtype=np.int64)
+    q, r = decompose(x // 16, native), decompose(x % 16, native)
+    assert q.op is Ops.SHR and r.op is Ops.AND
+    assert np.array_equal(evaluate(q, {x: xs}), xs // 16) and np.array_equal(evaluate(r, {x: xs}), xs % 16)
+    assert decompose(y // 16, native).op is Ops.IDIV  # may be negative: C rounding needs the real division
+    assert decompose(x // 12, native).op is Ops.IDIV and decompose(x % 12, native).op is Ops.MOD
+    sized = UOp.variable("k", 0, 100, dtypes.int32)
+    assert decompose(sized // 4, native).op is Ops.IDIV  # only index arithmetic, whose range is exact
+
+
 def test_threefry_matches_exec_alu() -> None:
     from tinycore.codegen.decompositions import xthreefry
 

@@ -385,6 +385,18 @@ def test_lower_index_dtype_picks_int32_or_int64():
     assert mul.src[0].src[0].op is Ops.RANGE and mul.src[0].src[0].dtype == dtypes.int32
 
 
+def test_lower_index_dtype_64_bit_everywhere():
+    """`Renderer.index_bits` 64: every index node is int64, whatever its range; other widths are refused."""
+    buf = UOp.define_global(0, dtypes.float, 1024)
+    r = UOp.range(32, 0)
+    sink = UOp.sink(buf.index(r * 32 + 1, r < 31).store(UOp.const(dtypes.float, 1.0)))
+    out = lower_index_dtype(sink, 64)
+    ints = [u for u in out.toposort() if dtypes.is_int(u.dtype.scalar()) and u.op is not Ops.DEFINE_GLOBAL]
+    assert ints and all(u.dtype == dtypes.int64 for u in ints)
+    with pytest.raises(ValueError, match="index_bits"):
+        lower_index_dtype(sink, 16)
+
+
 def test_lower_index_dtype_in_a_kernel():
     buf = UOp.define_global(0, dtypes.float, 1024)
     r = UOp.range(32, 0)

@@ -176,6 +176,9 @@ class Renderer:
     - `tensor_cores`: the WMMA instructions it can render; `native_ops`: names of `Ops` it renders directly (for
       example ``"MULACC"``, ``"EXP2"``); core decomposes every other op before rendering;
     - `supported_dtypes`: scalar dtypes it can load, store and compute in;
+    - `index_bits`: the narrowest integer width of index arithmetic: 32 computes an index in int32 wherever its
+      value range fits (cheaper on GPUs), 64 always in int64 (64-bit CPUs, where a 32-bit index must be widened
+      again for every address and the compiler spends time proving that it can be);
     - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
       this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously.
@@ -197,6 +200,7 @@ class Renderer:
     tensor_cores: list[TensorCore] = []  # read-only default: subclasses assign their own
     native_ops: frozenset[str] = frozenset()
     supported_dtypes: frozenset[DType] = frozenset(ALL_SCALARS)
+    index_bits: int = 32
     vector_bytes: int = 32
     gemm_panel_bytes: int = 0
 

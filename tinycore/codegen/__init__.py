@@ -208,7 +208,7 @@ def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
     if not IGNORE_OOB:
         _check_bounds(sink)
     estimates = estimate(sink, k.global_size, k.local_size)
-    uops = _keep_all_buffer_args(linearize(lower_index_dtype(sink)), k.ast)
+    uops = _keep_all_buffer_args(linearize(lower_index_dtype(sink, renderer.index_bits)), k.ast)
     if SPEC >= 1:
         from tinycore.uop.spec import type_verify
 

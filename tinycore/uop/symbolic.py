@@ -597,9 +597,12 @@ _MEMORY_OPS = frozenset({Ops.INDEX, Ops.LOAD, Ops.STORE})  # a set: `in` on a tu
 _SAME_DTYPE_SRCS = (GroupOp.Binary - {Ops.THREEFRY}) | {Ops.MULACC, Ops.VECTORIZE}
 
 
-def _concrete_index_dtype(u: UOp) -> DType:
-    """int32 when the node and its integer sources fit in 32 bits, else int64 (vector width preserved)."""
-    wide = False
+def _concrete_index_dtype(u: UOp, index_bits: int) -> DType:
+    """int32 when `index_bits` is 32 and the node and its integer sources fit in 32 bits, else int64 (vector width
+    preserved)."""
+    wide = index_bits > 32
+    if wide:
+        return dtypes.int64.vec(u.dtype.count) if u.dtype.count > 1 else dtypes.int64
     lo, hi = u._min_max
     if lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]:
         wide = True
@@ -627,10 +630,10 @@ def _unify_int_srcs(srcs: tuple[UOp, ...], op: Ops, dtype: DType | None) -> tupl
     return tuple(out)
 
 
-def _lower_index_node(u: UOp) -> UOp | None:
+def _lower_index_node(ctx: int, u: UOp) -> UOp | None:
     if not _is_index(u.dtype.scalar()):
         return None
-    dt = _concrete_index_dtype(u)
+    dt = _concrete_index_dtype(u, ctx)
     if u.op is Ops.CONST:
         return UOp(Ops.CONST, dt, u.src, u.arg)
     if u.op is Ops.VCONST:
@@ -668,12 +671,16 @@ pm_lower_index_dtype = PatternMatcher(
 )
 
 
-def lower_index_dtype(sink: UOp) -> UOp:
-    """Give every `dtypes.index` node a concrete dtype: int32, or int64 where the node's value range (or a
-    source's) reaches past 32 bits. Sources of same-dtype ops are cast to match.
+def lower_index_dtype(sink: UOp, index_bits: int = 32) -> UOp:
+    """Give every `dtypes.index` node a concrete dtype: with `index_bits` 32, int32, or int64 where the node's value
+    range (or a source's) reaches past 32 bits; with `index_bits` 64 (a renderer whose addresses are 64-bit and
+    whose compiler would otherwise widen every 32-bit index again), int64 throughout. Sources of same-dtype ops are
+    cast to match.
 
     >>> i = UOp.range(1 << 20, 0)
-    >>> lower_index_dtype(i * 4).dtype, lower_index_dtype(i * 4096).dtype
-    (dtypes.int, dtypes.long)
+    >>> lower_index_dtype(i * 4).dtype, lower_index_dtype(i * 4096).dtype, lower_index_dtype(i * 4, 64).dtype
+    (dtypes.int, dtypes.long, dtypes.long)
     """
-    return graph_rewrite(sink, pm_lower_index_dtype, name="lower_index_dtype")
+    if index_bits not in (32, 64):
+        raise ValueError(f"index_bits must be 32 or 64, not {index_bits}")
+    return graph_rewrite(sink, pm_lower_index_dtype, ctx=index_bits, name="lower_index_dtype")

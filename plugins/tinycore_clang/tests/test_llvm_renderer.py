@@ -413,6 +413,34 @@ def test_masked_vector_loads_and_stores(run_uops):
     assert "@llvm.masked.load.v8f32" in text and "@llvm.masked.store.v8f32" in text and "@llvm.masked.load.v8i8" in text
 
 
+def test_index_arithmetic_is_64_bit():
+    """`LLVMRenderer.index_bits` is 64 (the C renderer keeps 32): a kernel's index math is i64 from the start, so
+    nothing is sign-extended in front of an address and LLVM has no induction variable to widen."""
+    from tinycore.codegen import get_program
+    from tinycore.tensor import Tensor
+
+    assert renderer().index_bits == 64 and ClangRenderer().index_bits == 32
+    ast = (Tensor.empty(37, 41, device="PYTHON").T + 1).schedule()[-1].ast
+    program = get_program(ast, renderer())
+    text = renderer().render(program.uops, program.function_name)
+    assert "mul nsw i64" in text and "sext" not in text.split("_tc(")[0]
+
+
+def test_constant_index_offsets_are_pointer_offsets(run_uops):
+    """``x + c`` (c > 0, x never negative) addresses as the pointer to x moved by c elements, so the code generator
+    folds c into the address; a negative or possibly negative part keeps one sum."""
+    n = 8
+    out, inp = UOp.define_global(0, dtypes.float32, n), UOp.define_global(1, dtypes.float32, 2 * n + 3)
+    i = loop(n)
+    value = inp.index(i * c32(2) + c32(3)).load() + inp.index(i * c32(2) + c32(-1) + c32(1)).load()
+    uops = linearize(out.index(i).store(value).end(i))
+    text = renderer().render(uops, "offsets")
+    assert re.search(r"getelementptr inbounds float, float\* %p\d+, i64 3", text)
+    data = np.arange(2 * n + 3, dtype=np.float32)
+    got, _ = run_uops(uops, [np.zeros(n, np.float32), data])
+    np.testing.assert_array_equal(got, data[3::2][:n] + data[0::2][:n])
+
+
 def test_bool_registers_and_memory(run_uops):
     """Bools are i1 in registers and bytes in memory: loads, logic, where, stores of scalars and vectors."""
     n = 8

@@ -10,7 +10,8 @@ changes between the two backends: same kernel ABI, same thread pool, same graph 
 
 Options (environment, read when the compiler is made):
 
-- ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default ``default<O2>``, what ``clang -O2`` runs);
+- ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default `tinycore_clang.libllvm.KERNEL_PIPELINE`: the
+  function passes tinycore's kernels need; ``default<O2>`` is what ``clang -O2`` runs);
 - ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2);
 - ``CLANG_LLVM_UNROLL=1``: let LLVM unroll loops again (off by default, see `tinycore_clang.libllvm.PassOptions`).
 
