@@ -97,25 +97,27 @@ def _unique_name(name: str, ast: UOp) -> str:
     return name if n == 0 else f"{name}n{n}"
 
 
-def _default_opts(k: Kernel) -> list[Opt]:
-    """The optimizer's hook: nothing with ``NOOPT``; a BEAM search (`tinycore.codegen.search.beam_search`, timed on
-    the renderer's device with random buffers) with ``BEAM>=1``; else the hand-coded heuristics of
-    ``tinycore.codegen.heuristic`` when that module exists."""
+def _apply_default_opts(k: Kernel) -> None:
+    """The optimizer's hook, applied to the fresh kernel `k`: nothing with ``NOOPT``; the opts of a BEAM search
+    (`tinycore.codegen.search.beam_search`, timed on the renderer's device with random buffers) with ``BEAM>=1``;
+    else the hand-coded heuristics of ``tinycore.codegen.heuristic`` when that module exists (they apply each opt
+    to `k` as they choose it, so nothing is replayed)."""
     from tinycore.helpers import BEAM, NOOPT
 
     if NOOPT:
-        return []
+        return
     if BEAM >= 1:
         from tinycore.codegen.search import beam_search
 
-        return list(beam_search(k.copy(), None, int(BEAM.value)).applied_opts)
+        k.apply_opts(list(beam_search(k.copy(), None, int(BEAM.value)).applied_opts))
+        return
     try:
         heuristic = importlib.import_module("tinycore.codegen.heuristic")
     except ModuleNotFoundError as error:
         if error.name == "tinycore.codegen.heuristic":
-            return []
+            return
         raise
-    return list(heuristic.hand_coded_optimizations(k.copy()))
+    heuristic.hand_coded_optimizations(k)
 
 
 def _decompose(sink: UOp, renderer: Renderer) -> UOp:
@@ -181,7 +183,10 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
     start = _clock()
     k = get_kernel(ast, renderer)
     start = _stage_done("lower", start)
-    k.apply_opts(_default_opts(k) if opts is None else list(opts))
+    if opts is None:
+        _apply_default_opts(k)
+    else:
+        k.apply_opts(list(opts))
     _stage_done("optimize", start)
     return program_from_kernel(k)
 
