@@ -394,9 +394,10 @@ def _presimplify(
     simplification pass over all of them: the per-access expressions share most of their nodes (a kernel's
     accesses differ in a few terms), and a rewrite's result for a node depends on that node only, so the results
     are exactly those of simplifying each one alone, for a fraction of the work."""
-    lane_parts: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []  # (part, its ranges, a combo) of many lanes
-    # the all-zero lane of an affine access (its only lane) is one substitution for all of them: setting every
-    # expanded range to 0 is the same as setting the access's own ranges to 0, as it uses no other
+    keys: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []
+    exprs: list[UOp] = []
+    # the all-zero lane of every access (the only one of an affine access) is one substitution for all of them:
+    # setting every expanded range to 0 is the same as setting the access's own ranges to 0, as it uses no other
     zero_keys: list[tuple[UOp, tuple[UOp, ...], tuple[int, ...]]] = []
     zero_parts: list[UOp] = []
     for u in sink.toposort():
@@ -417,32 +418,24 @@ def _presimplify(
                 key = (part, part_rngs, combo)
                 if key not in memo:
                     memo[key] = part  # placeholder, replaced below
-                    if len(part_combos) > 1:
-                        lane_parts.append(key)
+                    if any(combo):
+                        keys.append(key)
+                        exprs.append(_substituted(part, part_rngs, combo))
                     else:
                         zero_keys.append(key)
                         zero_parts.append(part)
-    # a part with several lanes is simplified once with its ranges still symbolic, and each lane substitutes into
-    # that: the lanes then start from a canonical expression and need a few rewrites each, not the whole work
-    general = list(dict.fromkeys(part for part, _, _ in lane_parts))
-    simplified_parts = dict(zip(general, _simplify_all(general))) if general else {}
-    exprs = [_substituted(simplified_parts[part], part_rngs, combo) for part, part_rngs, combo in lane_parts]
-    keys = list(lane_parts)
     if zero_parts:
         zero = UOp.sink(*zero_parts).substitute({r: UOp.const(r.dtype, 0) for r in rngs})
         keys, exprs = zero_keys + keys, [*zero.src, *exprs]
     if not exprs:
         return
-    for key, result in zip(keys, _simplify_all(exprs)):
-        memo[key] = result
-
-
-def _simplify_all(exprs: list[UOp]) -> list[UOp]:
-    """Each of `exprs` simplified, in one rewrite of them all."""
     if Ops.SINK in symbolic.ops:  # a rule could change the SINK itself: map each expression back
         simplified = graph_rewrite_map(UOp.sink(*exprs), symbolic, name="simplify")
-        return [simplified.get(expr, expr) for expr in exprs]
-    return list(graph_rewrite(UOp.sink(*exprs), symbolic, name="simplify").src)  # the SINK only gets new sources
+        results = [simplified.get(expr, expr) for expr in exprs]
+    else:  # the SINK is only rebuilt from its simplified sources, in order
+        results = list(graph_rewrite(UOp.sink(*exprs), symbolic, name="simplify").src)
+    for key, result in zip(keys, results):
+        memo[key] = result
 
 
 def _address(buf: UOp, base: UOp | None, off: int, gate: UOp | None) -> UOp:
