@@ -1266,24 +1266,15 @@ def _split_lanes(x: UOp) -> UOp | None:
     return UOp.vectorize(*lanes)
 
 
-def _index_power_of_two(x: UOp) -> tuple[UOp, int] | None:
-    """(numerator, log2 of the divisor) of an index IDIV/MOD by a power of two whose numerator is never negative."""
+def _shift_index_division(x: UOp) -> UOp | None:
+    """A native index division or remainder by a power of two of a never-negative value, as a shift or a mask: the
+    renderer's signed division must round negative values toward zero, which it cannot rule out from the types."""
     a, b = x.src
     if x.dtype.scalar() != dtypes.index or b.op is not Ops.CONST or not isinstance(b.arg, int):
         return None
     if b.arg < 2 or b.arg & (b.arg - 1) or a.vmin < 0:
         return None
-    return a, b.arg.bit_length() - 1
-
-
-def _shift_index_division(x: UOp) -> UOp | None:
-    """A native index division or remainder by a power of two of a non-negative value, as a shift or a mask: the
-    renderer's signed division must round negative values toward zero, which it cannot rule out from the types."""
-    found = _index_power_of_two(x)
-    if found is None:
-        return None
-    a, shift = found
-    return a >> shift if x.op is Ops.IDIV else a & ((1 << shift) - 1)
+    return a >> (b.arg.bit_length() - 1) if x.op is Ops.IDIV else a & (b.arg - 1)
 
 
 @functools.cache

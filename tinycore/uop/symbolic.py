@@ -600,12 +600,8 @@ _SAME_DTYPE_SRCS = (GroupOp.Binary - {Ops.THREEFRY}) | {Ops.MULACC, Ops.VECTORIZ
 def _concrete_index_dtype(u: UOp, index_bits: int) -> DType:
     """int32 when `index_bits` is 32 and the node and its integer sources fit in 32 bits, else int64 (vector width
     preserved)."""
-    wide = index_bits > 32
-    if wide:
-        return dtypes.int64.vec(u.dtype.count) if u.dtype.count > 1 else dtypes.int64
-    lo, hi = u._min_max
-    if lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]:
-        wide = True
+    lo, hi = u._min_max if index_bits == 32 else (0, 0)
+    wide = index_bits > 32 or lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]
     for s in u.src:
         if s.dtype.scalar() in (dtypes.int64, dtypes.uint64) and u.op not in _MEMORY_OPS:
             wide = True
