@@ -10,7 +10,8 @@ Usage:
 Pipelines are separated by ``;``. Workloads: conv2d 8x64x56x56 (3x3, pad 1), an odd matmul (217x186@186x171),
 softmax / layernorm / argmax / cumsum of 1024x1000, an MLP training step (784-512-512-10, batch 128, SGD), an
 embedding lookup. Prints per kernel (slower than 20 us) the run time under the base pipeline and each pipeline's
-ratio to it, then total run time and total compile time per pipeline. Benchmarks are never run as timed tests.
+ratio to it, then total run time and total compile time per pipeline. LLVM's command-line options are per process:
+compare ``CLANG_LLVM_ARGS`` settings by running this once per setting. Benchmarks are never run as timed tests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("TINYCORE_CACHE_DIR", tempfile.mkdtemp())  # every kernel compiled fresh
@@ -76,10 +78,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     from tinycore_clang.libllvm import PassOptions
-    from tinycore_clang.llvm_compiler import LLVMCompiler
+    from tinycore_clang.llvm_compiler import LLVMCompiler, options_from_env
 
-    pipelines = {"base": PassOptions().pipeline, **{f"P{i}": p for i, p in enumerate(args.pipelines.split(";"))}}
-    compilers = {name: LLVMCompiler(options=PassOptions(pipeline=p)) for name, p in pipelines.items()}
+    base = replace(options_from_env(), pipeline=PassOptions().pipeline)  # LLVM options (CLANG_LLVM_ARGS): per process
+    pipelines = {"base": base.pipeline, **{f"P{i}": p for i, p in enumerate(args.pipelines.split(";"))}}
+    compilers = {name: LLVMCompiler(options=replace(base, pipeline=p)) for name, p in pipelines.items()}
     only = set(filter(None, args.only.split(",")))
     run_total = dict.fromkeys(compilers, 0.0)
     compile_total = dict.fromkeys(compilers, 0.0)

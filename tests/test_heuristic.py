@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinycore.codegen import OptOps, get_kernel, get_program
+from tinycore.codegen import Opt, OptOps, get_kernel, get_program
 from tinycore.codegen.heuristic import hand_coded_optimizations, thread_count, vector_width
+from tinycore.codegen.kernel import KernelOptError
 from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner
@@ -31,6 +32,10 @@ class UnmaskedCPURenderer(CPURenderer):
     """A CPU renderer without masked vector loads (like the C backend)."""
 
     masked_access = False
+
+
+class OneThreadCPURenderer(CPURenderer):
+    threads = 1
 
 
 class NoThreadsRenderer(PythonRenderer):
@@ -88,34 +93,63 @@ def test_cpu_matmul_gets_a_register_tile_and_threads():
     )
 
 
-def test_cpu_matmul_tails_are_padded_to_whole_tiles():
-    """Sizes that don't divide the register tile: the rows are padded to whole 4-row tiles (times the threads), and
-    the columns to whole 16-wide tiles when the right operand's memory is padded too (the frontend's column panels)
-    or the renderer has masked loads; without either, a right operand keeps its columns (its extra lanes would be
-    gathered)."""
-    m, k, n, wide = 131, 8, 42, 48
-    x = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
-    panel = load(2, k * wide).reshape((1, k, wide)).shrink(((0, 1), (0, k), (0, n))).expand((m, k, n))
-    ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * panel).r(Ops.ADD, (1,))))
-    opts = opts_of(ast, CPURenderer())
+def test_cpu_matmul_tails_overlap_the_last_tiles():
+    """Sizes that don't divide the register tile: the rows are padded to whole 4-row tiles times the threads and the
+    columns to whole 16-wide tiles, each by overlapping the last real elements (``OVERLAP``): the rows in blocks of
+    one thread's share, the columns tile by tile. Every access stays a plain vector (no gate, no mask)."""
+    m, k, n = 131, 8, 42
+    opts = opts_of(matmul_ast(m, k, n), CPURenderer())
     assert [(o.op, o.arg) for o in opts[:4]] == [
-        (OptOps.PADTO, 16),  # columns: 42 -> 48
-        (OptOps.PADTO, 16),  # rows: 131 -> 144, 4-row tiles split across 4 threads
+        (OptOps.OVERLAP, (16, 16)),  # columns: 42 -> 48, the third tile is columns 26..41
+        (OptOps.OVERLAP, (16, 36)),  # rows: 131 -> 144 in 4 blocks of 36, the last one rows 95..130
         (OptOps.UPCAST, 16),
         (OptOps.UPCAST, 4),
     ]
+    sink = get_kernel(matmul_ast(m, k, n), CPURenderer()).apply_opts(opts).get_optimized_sink()
+    assert not [u for u in sink.toposort() if u.op is Ops.INDEX and len(u.src) > 2]  # nothing gated
     rng = np.random.default_rng(4)
-    a, w = rng.standard_normal((m, k)).astype(np.float32), np.zeros((k, wide), np.float32)
-    w[:, :n] = rng.standard_normal((k, n))
-    got = run(ast, [a.ravel(), w.ravel()], CPURenderer()).reshape(m, n)
-    np.testing.assert_allclose(got, a @ w[:, :n], rtol=1e-4, atol=1e-4)
-    tight = opts_of(matmul_ast(m, k, n), UnmaskedCPURenderer())
-    assert not [o for o in tight if o.op is OptOps.PADTO]  # its extra columns would be gathered: no padding
-    masked = opts_of(matmul_ast(m, k, n), CPURenderer())
-    assert [(o.op, o.arg) for o in masked[:2]] == [(OptOps.PADTO, 16), (OptOps.PADTO, 16)]
-    b_tight = np.ascontiguousarray(w[:, :n])
-    got = run(matmul_ast(m, k, n), [a.ravel(), b_tight.ravel()], CPURenderer()).reshape(m, n)
-    np.testing.assert_allclose(got, a @ b_tight, rtol=1e-4, atol=1e-4)  # the last column tile: masked loads
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    got = run(matmul_ast(m, k, n), [a.ravel(), b.ravel()], CPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    one = opts_of(matmul_ast(m, k, n), OneThreadCPURenderer())
+    assert (OptOps.OVERLAP, (4, 4)) in [(o.op, o.arg) for o in one]  # one thread: each row tile overlaps
+    got = run(matmul_ast(m, k, n), [a.ravel(), b.ravel()], OneThreadCPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_matmul_tails_are_padded_where_they_cant_overlap():
+    """``PADTO`` instead of ``OVERLAP``: columns of a right operand packed in zero-filled 16-wide panels (the
+    frontend's layout: a tile shifted across a panel boundary would be gathered, a padded one reads whole vectors and
+    masks only the stores), and rows of a kernel that reads the buffer it writes (a block computed twice would add
+    twice)."""
+    m, k, n, panel = 131, 8, 42, 16
+    wide = -(-n // panel) * panel
+    x = load(1, m * k).reshape((m, k, 1)).expand((m, k, n))
+    packed = load(2, k * wide).reshape((wide // panel, k, panel)).permute((1, 0, 2)).reshape((k, wide))
+    w = packed.shrink(((0, k), (0, n))).reshape((1, k, n)).expand((m, k, n))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n)).store((x * w).r(Ops.ADD, (1,))))
+    opts = opts_of(ast, CPURenderer())
+    assert [(o.op, o.arg) for o in opts[:2]] == [(OptOps.PADTO, 16), (OptOps.OVERLAP, (16, 36))]
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), np.zeros((k, wide), np.float32)
+    b[:, :n] = rng.standard_normal((k, n))
+    panels = np.ascontiguousarray(b.reshape(k, wide // panel, panel).transpose(1, 0, 2))
+    got = run(ast, [a.ravel(), panels.ravel()], CPURenderer()).reshape(m, n)
+    np.testing.assert_allclose(got, a @ b[:, :n], rtol=1e-4, atol=1e-4)
+
+    out = UOp.define_global(0, dtypes.float, m * n)
+    acc = UOp(Ops.LOAD, dtypes.float, (out,)).reshape((m, 1, n))
+    product = load(1, m * k).reshape((m, k, 1)).expand((m, k, n)) * load(2, k * n).reshape((1, k, n)).expand((m, k, n))
+    accumulate = UOp.sink(out.reshape((m, 1, n)).store(acc + product.r(Ops.ADD, (1,))))
+    opts = opts_of(accumulate, CPURenderer())
+    assert [o.op for o in opts[:2]] == [OptOps.PADTO, OptOps.PADTO]
+    kern = get_kernel(accumulate, CPURenderer())
+    try:
+        kern.apply_opt(Opt(OptOps.OVERLAP, 1, (16, 16)))
+    except KernelOptError as error:
+        assert "reads a buffer it stores" in str(error)
+    else:
+        raise AssertionError("OVERLAP applied to a kernel that reads its output")
 
 
 def test_cpu_elementwise_vectorizes_the_contiguous_axis_and_threads_big_kernels():

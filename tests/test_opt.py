@@ -276,6 +276,58 @@ def test_padto_errors():
     assert k.applied_opts == [] and k.full_shape == (8, 8, 8)
 
 
+@pytest.mark.parametrize("renderer", [LoopRenderer(), UnmaskedLoopRenderer(), ScalarLoopRenderer()])
+def test_overlap_shifts_the_last_blocks_back(renderer):
+    """``OVERLAP``: the padded axis' last blocks end at its last element (they recompute elements of the block
+    before), so nothing is gated and every real element is stored with its own value, on vector and scalar paths,
+    with the blocks split across a THREAD-style outer axis or tile by tile."""
+    a = np.random.randn(37, 21).astype(np.float32)
+    x = load(1, dtypes.float, 37 * 21).reshape((37, 21))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, 37 * 21).reshape((37, 21)).store(x * 3.0 + 1.0))
+    for opts in (
+        [Opt(OptOps.OVERLAP, 1, (8, 8)), Opt(U, 1, 8), Opt(OptOps.OVERLAP, 0, (4, 4)), Opt(U, 0, 4)],
+        [Opt(OptOps.OVERLAP, 0, (8, 20)), Opt(OptOps.TILE, 0, 20), Opt(U, 1, 4)],  # 2 blocks of 20 rows: 0..19, 17..36
+    ):
+        got, p = run(ast, [a], opts, renderer)
+        np.testing.assert_allclose(got.reshape(37, 21), a * 3 + 1, rtol=1e-6)
+        assert not [u for u in p.uops if u.op is Ops.INDEX and len(u.src) > 2]  # no gate anywhere
+
+
+def test_overlap_keeps_lane_addresses_affine():
+    """A row tile of an OVERLAP axis, upcast: its lanes' addresses are one base plus constant offsets (the
+    ``(4 * tile + lane) // 4`` of the shift simplified once for the whole access, not per lane), so the 4 rows of
+    the left operand are 4 loads off one base."""
+    m, k, n = 37, 8, 16
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    opts = [Opt(OptOps.OVERLAP, 0, (4, 4)), Opt(U, 1, 16), Opt(U, 0, 4)]
+    got, p = run(matmul_ast(m, k, n), [a, b], opts, LoopRenderer())
+    np.testing.assert_allclose(got.reshape(m, n), a @ b, rtol=1e-5, atol=1e-5)
+    left = [u.src[0].src[1] for u in p.uops if u.op is Ops.LOAD and u.src[0].src[0].arg == 1]
+    bases = {x.src[0] if x.op is Ops.ADD and x.src[1].op is Ops.CONST else x for x in left}
+    assert len(left) == 4 and len(bases) == 1
+
+
+def test_overlap_errors():
+    kern = get_kernel(matmul_ast(10, 8, 10), LoopRenderer())
+    o = OptOps.OVERLAP
+    for bad in (
+        Opt(o, 0, 4),  # arg is (multiple, block)
+        Opt(o, 0, (5, 5)),  # 10 is already a multiple of 5
+        Opt(o, 0, (4, 5)),  # blocks of 5 don't tile 12
+        Opt(o, 0, (4, 12)),  # a block longer than the axis
+        Opt(o, 0, (32, 4)),  # more than doubles the work
+        Opt(o, 2, (4, 4)),  # a reduce axis
+    ):
+        with pytest.raises(KernelOptError):
+            kern.apply_opt(bad)
+    assert kern.applied_opts == [] and kern.full_shape == (10, 10, 8)
+    out = UOp.define_global(0, dtypes.float, 10)
+    accumulate = UOp.sink(out.store(UOp(Ops.LOAD, dtypes.float, (out,)) + load(1, dtypes.float, 10)))
+    with pytest.raises(KernelOptError, match="reads a buffer it stores"):
+        get_kernel(accumulate, LoopRenderer()).apply_opt(Opt(o, 0, (4, 4)))
+
+
 def test_swap_exchanges_the_loop_nesting():
     a = np.random.randn(4, 6).astype(np.float32)
     ast = UOp.sink(

@@ -20,9 +20,12 @@ depends only on what the renderer declares:
    cache stays there while the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With
    a packed right operand (the frontend repacks it into column panels when the renderer declares
    ``gemm_panel_bytes``) every reduce step reads one contiguous panel row. Sizes that don't divide the tile are
-   padded to whole tiles (``PADTO``: only the stores of the extra lanes are masked): the rows to a multiple of the
-   tile times the threads when that adds at most an eighth, the columns when the packed operand's last panel is
-   zero-filled. A convolution (more than one reduce axis) gets the same register tile but keeps its loop order
+   padded to whole tiles: the rows to a multiple of the tile times the threads when that adds at most an eighth, the
+   columns always. The padding overlaps the last real elements (``OVERLAP``: each thread's block of rows, or each
+   column tile, that would run past the end is shifted back to end at the last element, so every access stays a
+   plain vector at an affine address) unless the kernel reads what it stores or a packed operand's panels would be
+   straddled; then ``PADTO`` (only the stores of the extra lanes are masked; the packed operand's last panel is
+   zero-filled). A convolution (more than one reduce axis) gets the same register tile but keeps its loop order
    (output channels outside the image rows). When the output's contiguous axis is too short for a vector (``A^T @ B``
    with N = 10: a weight gradient), the lanes go along the other output axis if an operand is read contiguously along
    it (the two axes swap so those lanes are innermost);
@@ -153,18 +156,17 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
 def _cpu(k: Kernel) -> None:
     itemsize = _itemsize(k)
     vw = vector_width(k, itemsize)
-    work = prod(s for s in k.full_shape if isinstance(s, int))
     cands = [c for c in k.tc_candidates() if len(k.reduce_axes) >= 1]
     block = _register_block(k, cands[0], vw) if cands else None
     if block is None:
         _cpu_vectorize(k, vw)
-        _cpu_threads(k, work)
+        _cpu_threads(k)
         return
     rows: UOp | None = block[0]
     left = _size(k.output_axes[ra]) if (ra := _axis_index(k.output_axes, block[0])) is not None else None
     if not isinstance(left, int) or left < 4 * thread_count(k):
         rows = None  # few row tiles left (a short row axis): the threads split the largest axis instead
-    _cpu_threads(k, work, prefer=rows)
+    _cpu_threads(k, prefer=rows)
     if len(k.reduce_axes) == 1 and not block[3]:
         # a convolution (several reduce axes: channels and the window) keeps the loop order: one output-channel
         # tile's weights stay in L1 while the image streams past, its window rows reused from L1/L2 as the output
@@ -225,12 +227,17 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
 
 
 def _pad_columns(k: Kernel, j: UOp, width: int) -> bool:
-    """Pads the column axis `j` to whole tiles of `width` (``PADTO``) when the right operand is then still read as
-    whole vectors: its memory is padded too (the frontend's zero-filled column panels), so only the stores of the
-    extra columns are masked. Tried on a copy first; returns whether `k` was padded."""
+    """Pads the column axis `j` to whole tiles of `width`. Where every operand is read along `j` with a constant
+    stride, the last tile overlaps the one before it (``OVERLAP``: shifted back to end at the last column, so its
+    loads and stores stay whole unmasked vectors). Otherwise (``PADTO``) when the right operand is then still read
+    as whole vectors: its memory is padded too (the frontend's zero-filled column panels), so only the stores of the
+    extra columns are masked; tried on a copy first. Returns whether `k` was padded."""
     ja, size = _axis_index(k.output_axes, j), _size(j)
     if ja is None or not isinstance(size, int) or size <= width or size % width == 0:
         return False
+    if all(_stride(ptr, j) is not None for ptr, _ in _accesses(k)):
+        if _try(k, Opt(OptOps.OVERLAP, ja, (width, width))):
+            return True
     probe = k.copy()
     if not _try(probe, Opt(OptOps.PADTO, ja, width)) or not _try(probe, Opt(OptOps.UPCAST, ja, min(width, 16))):
         return False
@@ -243,15 +250,20 @@ def _pad_columns(k: Kernel, j: UOp, width: int) -> bool:
 
 def _pad_rows(k: Kernel, i: UOp, tile: int) -> bool:
     """Pads the row axis `i` to whole tiles of `tile` rows (times the thread count, so the row tiles still split
-    evenly across the threads) when that adds at most an eighth: the extra rows read the last real row and are
-    never stored. Returns whether `k` was padded."""
+    evenly across the threads) when that adds at most an eighth. The extra rows overlap the last real ones
+    (``OVERLAP``: each thread's block of rows, or each tile on one thread, shifted back to end at the last row, so
+    every address stays affine and no store is masked); where the kernel reads what it stores they are computed
+    and never stored instead (``PADTO``). Returns whether `k` was padded."""
     ia, size = _axis_index(k.output_axes, i), _size(i)
     if ia is None or not isinstance(size, int):
         return False
-    multiple = tile * max(1, thread_count(k))
+    threads = _thread_split(k)
+    multiple = tile * threads
     if size < 8 * multiple:
         return False
-    return _try(k, Opt(OptOps.PADTO, ia, multiple))
+    padded = -(-size // multiple) * multiple
+    block = padded // threads if threads > 1 else tile  # the THREAD split goes on the rows (see `_cpu`)
+    return _try(k, Opt(OptOps.OVERLAP, ia, (multiple, block))) or _try(k, Opt(OptOps.PADTO, ia, multiple))
 
 
 def _vector_rows(k: Kernel, i: UOp, j: UOp, vw: int) -> tuple[UOp, UOp] | None:
@@ -391,9 +403,15 @@ def _cpu_permute(k: Kernel, vw: int, out_lanes: int, out_axis: UOp | None) -> No
         _try(k, Opt(OptOps.SWAP, best, last))
 
 
-def _cpu_threads(k: Kernel, work: int, prefer: UOp | None = None) -> None:
-    threads = thread_count(k)
-    if threads <= 1 or work < _SMALL_WORK:
+def _thread_split(k: Kernel) -> int:
+    """How many threads `_cpu_threads` splits `k` across (1: it stays on one thread)."""
+    work = prod(s for s in k.full_shape if isinstance(s, int))
+    return thread_count(k) if work >= _SMALL_WORK else 1
+
+
+def _cpu_threads(k: Kernel, prefer: UOp | None = None) -> None:
+    threads = _thread_split(k)
+    if threads <= 1:
         return
     axes = k.output_axes
     first = _axis_index(axes, prefer) if prefer is not None else None

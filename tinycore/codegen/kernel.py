@@ -36,6 +36,14 @@ Which axis `Opt.axis` names:
   in the inner loop) and any other reads the last real lane's address (the padded range clamped to ``size - 1``),
   except that for a renderer with masked access a load contiguous along the padded axis is gated instead (one
   masked vector load); local memory stays gated;
+- ``OVERLAP``: an index into `Kernel.output_axes`; ``arg`` is ``(multiple, block)``: the axis is padded up to a
+  multiple of ``multiple`` like ``PADTO``, but instead of masking the extra elements, each block of ``block``
+  consecutive indices that would run past the end is shifted back to end at the last element (index ``i`` becomes
+  ``i - max(0, (i // block) * block + block - size)``), so it recomputes and stores again elements of the block
+  before it, with the same values. Nothing is gated and the addresses stay affine in the lanes of a later
+  ``UPCAST`` (``block`` a multiple of it); with ``block`` one THREAD split's share, the shift depends on the thread
+  id only and two threads may store the same values to the shared elements. Refused when the kernel reads a buffer
+  it stores (the repeated block would see its own writes);
 - ``SWAP``: output axes ``axis`` and ``arg`` exchange their loop nesting (their axis ids);
 - ``TILE``: output axis ``axis`` becomes an outer loop over tiles and an inner loop of ``arg`` iterations nested
   right inside it (a new ``LOOP`` axis, last in `Kernel.output_axes`); with ``SWAP`` other loops move between the
@@ -107,6 +115,7 @@ class OptOps(Enum):
     GROUPTOP = auto()
     NOLOCALS = auto()
     PADTO = auto()
+    OVERLAP = auto()
     SWAP = auto()
     TILE = auto()
 
@@ -162,6 +171,13 @@ def _inside(buffer: UOp, offset: UOp) -> bool:
     size = buffer.dtype.size if isinstance(buffer.dtype, PtrDType) else -1
     lo, hi = offset.vmin, offset.vmax
     return size > 0 and isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < size
+
+
+def _buffer(pointer: UOp) -> UOp:
+    """The buffer (``DEFINE_GLOBAL``/``DEFINE_LOCAL``/register) that a pointer UOp indexes into."""
+    while pointer.src and pointer.op not in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_REG):
+        pointer = pointer.src[0]
+    return pointer
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -354,6 +370,8 @@ class Kernel:
             self.shift_to(rng, amt, AxisType.UNROLL)
         elif opt.op is OptOps.PADTO:
             self._padto(opt)
+        elif opt.op is OptOps.OVERLAP:
+            self._overlap(opt)
         elif opt.op is OptOps.SWAP:
             self._swap(opt)
         elif opt.op is OptOps.TILE:
@@ -420,6 +438,31 @@ class Kernel:
             return None
 
         self.sink = map_nodes(sink, gate)
+
+    def _overlap(self, opt: Opt) -> None:
+        rng = self._pick(self.output_axes, opt, "output")
+        size = _size(rng)
+        _check(isinstance(size, int), f"{opt}: axis has symbolic size {size}")
+        arg = opt.arg
+        _check(
+            isinstance(arg, tuple) and len(arg) == 2 and all(isinstance(a, int) for a in arg),
+            f"{opt}: arg is (multiple, block)",
+        )
+        multiple, block = arg
+        _check(1 < multiple <= 256, f"{opt}: pad to a multiple of 2..256")
+        padded = -(-size // multiple) * multiple  # type: ignore[operator]
+        _check(padded != size, f"{opt}: axis of size {size} is already a multiple of {multiple}")
+        _check(padded <= 2 * size, f"{opt}: padding {size} to {padded} more than doubles the work")
+        _check(1 < block <= size and padded % block == 0, f"{opt}: blocks of {block} don't tile {padded} in {size}")
+        nodes = self.sink.toposort()
+        stored = {_buffer(u.src[0]) for u in nodes if u.op is Ops.STORE}
+        loaded = {_buffer(u.src[0]) for u in nodes if u.op is Ops.LOAD}
+        _check(
+            not stored & loaded, f"{opt}: the kernel reads a buffer it stores (a block done twice would see its writes)"
+        )
+        new = UOp.range(padded, rng.arg[0], rng.arg[1])
+        shifted = new - ((new // block) * block + (block - size)).maximum(0)
+        self.sink = substitute_ranges(self.sink, {rng: (shifted, (new,))})
 
     def _swap(self, opt: Opt) -> None:
         axes = self.output_axes

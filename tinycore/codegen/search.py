@@ -75,6 +75,7 @@ def actions(k: Kernel) -> list[Opt]:
     acts += [Opt(OptOps.UNROLL, a, amt) for a in range(n_red) for amt in _UNROLL_AMOUNTS]
     acts += [Opt(OptOps.SWAP, a, b) for a in range(n_out) for b in range(a + 1, n_out)]
     acts += [Opt(OptOps.PADTO, a, amt) for a in range(n_out + n_red) for amt in (4, 16, 32)]
+    acts += [Opt(OptOps.OVERLAP, a, (amt, amt)) for a in range(n_out) for amt in (4, 16, 32)]
     if ren is not None and ren.has_local and k.use_locals:
         acts += [Opt(OptOps.LOCAL, a, amt) for a in range(n_out) for amt in _LOCAL_AMOUNTS]
         if ren.has_shared:

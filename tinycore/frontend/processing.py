@@ -113,8 +113,8 @@ def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
     reused by many rows (see `_PACK_MIN_ROWS_IN_PLACE`): a register-blocked kernel then reads one panel row (``p``
     consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous. When ``N`` is
     not a multiple of ``p`` the last panel is filled up with zeros: the kernel pads its column axis to whole panels
-    (``PADTO``) and still reads whole vectors, storing only the real columns. A small operand with such an ``N`` is
-    packed too where the renderer has no masked vector loads (its last column tile would be read lane by lane)."""
+    (``PADTO``) and still reads whole vectors, storing only the real columns. A small row-major operand with such an
+    ``N`` stays in place: the kernel's last column tile overlaps the one before it (``OVERLAP``), whole vectors."""
     k, n = w.shape[-2], w.shape[-1]
     if not all(isinstance(d, int) for d in (*w.shape, rows)) or rows < _PACK_MIN_ROWS or k * n < _PACK_MIN_ELEMENTS:
         return w
@@ -123,8 +123,8 @@ def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
         return w
     if _row_major_view(w):
         large = rows >= _PACK_MIN_ROWS_IN_PLACE or k * n * w.dtype.itemsize > _PACK_MIN_BYTES_IN_PLACE
-        if not large and (n % panel == 0 or _renderer_setting(w.device, "masked_access")):
-            return w  # a partial last panel without masked loads would be read lane by lane: pad it in memory
+        if not large:
+            return w
     lead = w.shape[:-2]
     nl = len(lead)
     wide = -(-n // panel) * panel

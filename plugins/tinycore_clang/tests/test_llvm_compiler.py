@@ -93,6 +93,32 @@ def test_options_from_env() -> None:
         options_from_env({"CLANG_LLVM_CODEGEN": "fast"})
     with pytest.raises(CompileError, match="CLANG_LLVM_UNROLL"):
         options_from_env({"CLANG_LLVM_UNROLL": "yes"})
+    assert options_from_env({}).codegen_args == libllvm.CODEGEN_ARGS
+    assert options_from_env({"CLANG_LLVM_ARGS": "-a -b=1"}).codegen_args == ("-a", "-b=1")
+    assert options_from_env({"CLANG_LLVM_ARGS": "none"}).codegen_args == ()
+
+
+def test_llvm_options_are_one_set_per_process(compiler: LLVMCompiler) -> None:
+    """LLVM keeps its command-line options per process: a toolchain refuses malformed ones, and a second set after
+    the first compile (its own instance here, so the shared one's state is untouched)."""
+    own = libllvm.LLVMToolchain(compiler.library)
+    with pytest.raises(libllvm.LLVMError, match="'-name'"):
+        own.compile_object(add_one_ir(), PassOptions(codegen_args=("disable-lsr",)))
+    assert own.compile_object(add_one_ir(), PassOptions(codegen_args=()))[:4] == b"\x7fELF"
+    with pytest.raises(libllvm.LLVMError, match="per process"):
+        own.compile_object(add_one_ir(), PassOptions(codegen_args=("-disable-lsr",)))
+
+
+def test_llvm_options_reach_llvm(compiler: LLVMCompiler) -> None:
+    """``CLANG_LLVM_ARGS`` is given to LLVM: ``-time-passes`` makes it print its pass timing report."""
+    code = (
+        "from tinycore_clang.llvm_compiler import LLVMCompiler\n"
+        f"LLVMCompiler(in_process=True).compile({add_one_ir('timed')!r})\n"
+    )
+    env = {**os.environ, "CLANG_LLVM_ARGS": "-time-passes", "CACHELEVEL": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Pass execution timing report" in out.stderr
 
 
 def test_opaque_pointers_are_refused_where_they_would_crash(compiler: LLVMCompiler) -> None:

@@ -197,11 +197,18 @@ time over the 39 kernels of conv, odd matmul, softmax, layernorm, argmax, cumsum
 every kernel's run time within 2% of ``default<O2>``."""
 
 
+CODEGEN_ARGS: tuple[str, ...] = ()
+"""The LLVM command-line options of the default `PassOptions`: none. (``-disable-lsr`` was measured: it saves a third
+of the code generator's time on a register-blocked matmul, but conv2d ran 12% and the MLP's matmuls 5-9% slower.)"""
+
+
 @dataclass(frozen=True)
 class PassOptions:
     """What the optimizer runs: `pipeline` is a new-pass-manager pipeline text (default `KERNEL_PIPELINE`;
     ``"default<O2>"`` is what ``clang -O2`` runs), `codegen_level` the code generator's optimization level (0-3),
-    and the four switches of LLVM's pass builder options.
+    and the four switches of LLVM's pass builder options. `codegen_args` are LLVM command-line options (``-name`` or
+    ``-name=value``, as ``llc`` takes them); LLVM keeps those per process, so every compile of one toolchain must use
+    the same ones (`LLVMToolchain.compile_object` raises `LLVMError` otherwise).
 
     LLVM's own loop unrolling is off by default: the kernels arrive unrolled and vectorized as far as tinycore's
     optimizer chose, and unrolling them again doubled the compile time without making any benchmark kernel faster
@@ -209,6 +216,7 @@ class PassOptions:
 
     pipeline: str = KERNEL_PIPELINE
     codegen_level: int = 2
+    codegen_args: tuple[str, ...] = CODEGEN_ARGS
     loop_vectorization: bool = True
     slp_vectorization: bool = True
     loop_unrolling: bool = False
@@ -251,6 +259,8 @@ class LLVMToolchain:
             raise LLVMError(f"no LLVM target for {self.triple.decode()}: {self._llvm.message(error.value)}")
         self._target = target_ref.value
         self._local = threading.local()
+        self._args: tuple[str, ...] | None = None  # LLVM's command-line options, set by the first compile
+        self._args_lock = threading.Lock()
 
     @classmethod
     def shared(cls, choice: LibraryChoice | None = None) -> LLVMToolchain:
@@ -299,6 +309,7 @@ class LLVMToolchain:
                     f"LLVM {self.version} needs typed pointers (float*), not ptr: its optimizer crashes on "
                     "opaque-pointer IR (render with typed pointers when libllvm.uses_typed_pointers(version))"
                 )
+        self._set_command_line(options.codegen_args)
         context, machine = self._thread_state(options.codegen_level)
         data = ir.encode()
         buffer = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len(data), name.encode())
@@ -321,6 +332,24 @@ class LLVMToolchain:
                 lib.LLVMDisposeMemoryBuffer(out)
         finally:
             lib.LLVMDisposeModule(module)
+
+    def _set_command_line(self, args: tuple[str, ...]) -> None:
+        """Give LLVM its command-line options `args` on the first compile; later compiles must ask for the same."""
+        with self._args_lock:
+            if self._args is None:
+                bad = [arg for arg in args if not arg.startswith("-") or any(c.isspace() for c in arg)]
+                if bad:
+                    raise LLVMError(f"LLVM options {bad}: each must be one '-name' or '-name=value' word")
+                if args:
+                    words = [b"tinycore", *(arg.encode() for arg in args)]
+                    argv = (ctypes.c_char_p * len(words))(*words)
+                    self._llvm.lib.LLVMParseCommandLineOptions(len(words), argv, None)
+                self._args = args
+            elif self._args != args:
+                raise LLVMError(
+                    f"LLVM options {list(args)}: this process already compiled with {list(self._args)} and LLVM "
+                    "keeps them per process (use one set of codegen_args per process)"
+                )
 
     def _optimize(self, module: int, machine: int, options: PassOptions) -> None:
         lib = self._llvm.lib

@@ -13,7 +13,9 @@ Options (environment, read when the compiler is made):
 - ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default `tinycore_clang.libllvm.KERNEL_PIPELINE`: the
   function passes tinycore's kernels need; ``default<O2>`` is what ``clang -O2`` runs);
 - ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2);
-- ``CLANG_LLVM_UNROLL=1``: let LLVM unroll loops again (off by default, see `tinycore_clang.libllvm.PassOptions`).
+- ``CLANG_LLVM_UNROLL=1``: let LLVM unroll loops again (off by default, see `tinycore_clang.libllvm.PassOptions`);
+- ``CLANG_LLVM_ARGS``: LLVM command-line options, space-separated (default `tinycore_clang.libllvm.CODEGEN_ARGS`;
+  ``CLANG_LLVM_ARGS=none`` sets none). LLVM keeps them per process: set them before the first compile.
 
 The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``). The cache key
 holds the library's path and version, that CPU name and feature list, and the options. Those target facts are kept in
@@ -52,8 +54,8 @@ _ERROR_LINE = re.compile(r"^[^:\n]*:(\d+):(\d+): error", re.M)
 
 
 def options_from_env(env: dict[str, str] | None = None) -> PassOptions:
-    """`PassOptions` from ``CLANG_LLVM_PIPELINE``, ``CLANG_LLVM_CODEGEN`` and ``CLANG_LLVM_UNROLL`` (defaults when
-    unset).
+    """`PassOptions` from ``CLANG_LLVM_PIPELINE``, ``CLANG_LLVM_CODEGEN``, ``CLANG_LLVM_UNROLL`` and
+    ``CLANG_LLVM_ARGS`` (defaults when unset).
 
     >>> options_from_env({"CLANG_LLVM_CODEGEN": "3"}).codegen_level
     3
@@ -66,7 +68,11 @@ def options_from_env(env: dict[str, str] | None = None) -> PassOptions:
     raw_unroll = environ.get("CLANG_LLVM_UNROLL", "").strip() or "0"
     if raw_unroll not in ("0", "1"):
         raise CompileError(f"CLANG_LLVM_UNROLL={raw_unroll!r}: expected 0 or 1")
-    return PassOptions(pipeline=pipeline, codegen_level=int(raw_level), loop_unrolling=raw_unroll == "1")
+    raw_args = environ.get("CLANG_LLVM_ARGS", "").strip()
+    args = PassOptions.codegen_args if not raw_args else () if raw_args == "none" else tuple(raw_args.split())
+    return PassOptions(
+        pipeline=pipeline, codegen_level=int(raw_level), loop_unrolling=raw_unroll == "1", codegen_args=args
+    )
 
 
 def _format_error(message: str, src: str) -> str:
