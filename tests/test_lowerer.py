@@ -14,6 +14,7 @@ from tinycore.codegen.lowerer import (
     lower_reduces,
     reduce_identity,
     scopes,
+    substitute_ranges,
 )
 from tinycore.dtype import AddrSpace, dtypes
 from tinycore.runtime.python_device import PythonRenderer
@@ -275,3 +276,18 @@ def test_cpu_style_kernel_keeps_loops():
     sink = k.get_optimized_sink()
     assert k.global_size == (1, 1, 1)
     assert {r.arg[1] for r in ranges(sink)} == {AxisType.LOOP, AxisType.REDUCE}
+
+
+def test_substitute_ranges_divides_through_a_split():
+    """With `splits`, ``r // c`` of a split ``r = high * low_size + low`` becomes a division of ``high`` alone when
+    ``c`` is a multiple of ``low_size`` (exact, since ``0 <= low < low_size``); other divisions keep ``low``."""
+    r = UOp.range(32, 0)
+    high, low = UOp.range(8, 0), UOp.range(4, 1, AxisType.UPCAST)
+    sink = UOp.sink(r // 8, r // 4, r // 3)
+    got = substitute_ranges(sink, {r: (high * 4 + low, (high, low))}, {r: (high, 4)})
+    by8, by4, by3 = got.src
+    assert low not in by8.toposort() and by4 is high and low in by3.toposort()
+    for h in range(8):
+        for lo in range(4):
+            values = {high: UOp.const(dtypes.index, h), low: UOp.const(dtypes.index, lo)}
+            assert [x.substitute(values).simplify().arg for x in got.src] == [(h * 4 + lo) // c for c in (8, 4, 3)]

@@ -302,9 +302,10 @@ class Kernel:
         new = UOp.range(amount, self.child_axis_id(rng), new_type)
         expr = new * (size // amount) + outer if top else outer * amount + new
         kept = (outer, new)
+        split = (new, size // amount) if top else (outer, amount)
         if size // amount == 1:
             expr, kept = new, (new,)
-        self.sink = substitute_ranges(self.sink, {rng: (expr, kept)})
+        self.sink = substitute_ranges(self.sink, {rng: (expr, kept)}, {rng: split} if size // amount > 1 else None)
         return outer, new
 
     def _pick(self, axes: list[UOp], opt: Opt, kind: str) -> UOp:

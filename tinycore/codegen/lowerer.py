@@ -500,9 +500,15 @@ def lower_reduces(sink: UOp, first_reg: int = 0) -> UOp:
     return graph_rewrite(sink, pm_lower_reduce, ctx=_RegCtx(next_reg=first_reg), name="lower_reduce")
 
 
-def substitute_ranges(sink: UOp, replace: dict[UOp, tuple[UOp, tuple[UOp, ...]]]) -> UOp:
+def substitute_ranges(
+    sink: UOp, replace: dict[UOp, tuple[UOp, tuple[UOp, ...]]], splits: dict[UOp, tuple[UOp, int]] | None = None
+) -> UOp:
     """Replace RANGEs by expressions: `replace[r] = (expr, new ranges)`. Uses of `r` become `expr`; where `r` is
     listed as a reduced range (a REDUCE or END source) it is replaced by `new ranges` instead.
+
+    `splits[r] = (high, low_size)` says that `expr` is ``high * low_size + low`` with ``0 <= low < low_size``: then
+    ``r // c`` for a constant multiple ``c`` of `low_size` becomes ``high // (c // low_size)`` (``high`` when equal),
+    exactly and without a division of the lanes a later upcast makes of ``low`` (``OVERLAP``'s block starts).
 
     This is how optimizations split an axis without lowering again (see `tinycore.codegen.kernel`).
     """
@@ -514,6 +520,11 @@ def substitute_ranges(sink: UOp, replace: dict[UOp, tuple[UOp, tuple[UOp, ...]]]
         if not u.src:
             done[u] = u
             continue
+        if splits and u.op is Ops.IDIV and u.src[0] in splits and u.src[1].op is Ops.CONST:
+            high, low_size = splits[u.src[0]]
+            if u.src[1].arg % low_size == 0:
+                done[u] = high if u.src[1].arg == low_size else high // (u.src[1].arg // low_size)
+                continue
         if u.op is Ops.REDUCE or u.op is Ops.END:
             rest: list[UOp] = []
             for r in u.src[1:]:
