@@ -595,6 +595,7 @@ symbolic_flat = symbolic + PatternMatcher(
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _MEMORY_OPS = frozenset({Ops.INDEX, Ops.LOAD, Ops.STORE})  # a set: `in` on a tuple of Ops calls __eq__
 _SAME_DTYPE_SRCS = (GroupOp.Binary - {Ops.THREEFRY}) | {Ops.MULACC, Ops.VECTORIZE}
+_UNIFIED_OPS = _SAME_DTYPE_SRCS | {Ops.WHERE}
 
 
 def _concrete_index_dtype(u: UOp, index_bits: int) -> DType:
@@ -629,12 +630,15 @@ def _unify_int_srcs(srcs: tuple[UOp, ...], op: Ops, dtype: DType | None) -> tupl
 def _lower_index_node(ctx: int, u: UOp) -> UOp | None:
     if not _is_index(u.dtype.scalar()):
         return None
-    dt = _concrete_index_dtype(u, ctx)
+    return _lowered_index(u, u.src, _concrete_index_dtype(u, ctx))
+
+
+def _lowered_index(u: UOp, src: tuple[UOp, ...], dt: DType) -> UOp:
+    """Index node `u` with sources `src` (already lowered) as a node of the concrete integer dtype `dt`."""
     if u.op is Ops.CONST:
-        return UOp(Ops.CONST, dt, u.src, u.arg)
+        return UOp(Ops.CONST, dt, src, u.arg)
     if u.op is Ops.VCONST:
-        return UOp(Ops.VCONST, dt, u.src, u.arg)
-    src = u.src
+        return UOp(Ops.VCONST, dt, src, u.arg)
     if u.op in _SAME_DTYPE_SRCS or u.op is Ops.WHERE:
         src = _unify_int_srcs(src, u.op, dt)
     elif u.op is Ops.CAST and src[0].dtype == dt:
@@ -679,4 +683,20 @@ def lower_index_dtype(sink: UOp, index_bits: int = 32) -> UOp:
     """
     if index_bits not in (32, 64):
         raise ValueError(f"index_bits must be 32 or 64, not {index_bits}")
+    if index_bits == 64:
+        return _index_to_int64(sink)
     return graph_rewrite(sink, pm_lower_index_dtype, ctx=index_bits, name="lower_index_dtype")
+
+
+def _index_to_int64(sink: UOp) -> UOp:
+    """`lower_index_dtype` with 64-bit indices: no node's dtype depends on its value range, so one pass over the
+    graph (sources first) does what `pm_lower_index_dtype`'s rewrite would, without the rewrite engine."""
+    done: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        src = tuple([done[s] for s in u.src])
+        if _is_index(u.dtype.scalar()):
+            done[u] = _lowered_index(u, src, dtypes.int64.vec(u.dtype.count) if u.dtype.count > 1 else dtypes.int64)
+        else:
+            rebuilt = u.replace(src=src) if src != u.src else u
+            done[u] = _unify_compare(rebuilt) or rebuilt if rebuilt.op in _UNIFIED_OPS else rebuilt
+    return done[sink]
