@@ -294,9 +294,9 @@ def test_overlap_shifts_the_last_blocks_back(renderer):
 
 
 def test_overlap_keeps_lane_addresses_affine():
-    """A row tile of an OVERLAP axis, upcast: its lanes' addresses are one base plus constant offsets (the
-    ``(4 * tile + lane) // 4`` of the shift simplified once for the whole access, not per lane), so the 4 rows of
-    the left operand are 4 loads off one base."""
+    """A row tile of an OVERLAP axis, upcast: its lanes' addresses are one base plus constant offsets (the shift's
+    ``row // 4`` becomes the tile index when the UPCAST splits the row, so no division of a lane is left), so the 4
+    rows of the left operand are 4 loads off one base."""
     m, k, n = 37, 8, 16
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
@@ -306,6 +306,12 @@ def test_overlap_keeps_lane_addresses_affine():
     left = [u.src[0].src[1] for u in p.uops if u.op is Ops.LOAD and u.src[0].src[0].arg == 1]
     bases = {x.src[0] if x.op is Ops.ADD and x.src[1].op is Ops.CONST else x for x in left}
     assert len(left) == 4 and len(bases) == 1
+    kern = get_kernel(matmul_ast(m, k, n), LoopRenderer()).apply_opts(opts[:1])
+    assert [u for u in kern.sink.toposort() if u.op is Ops.IDIV]  # the shift divides the row by the block
+    kern.apply_opts(opts[1:])
+    lanes = [r for r in kern.rngs if r.arg[1] is AxisType.UPCAST]
+    divisions = [u for u in kern.sink.toposort() if u.op is Ops.IDIV]
+    assert len(lanes) == 2 and not any(lane in d.toposort() for d in divisions for lane in lanes)
 
 
 def test_overlap_errors():

@@ -509,27 +509,7 @@ pm_expand_memory = PatternMatcher(
 )
 
 
-def _simplify_lane_indices(sink: UOp, rngs: list[UOp]) -> UOp:
-    """`sink` with every memory index that is not affine in its expanded ranges simplified once, as a whole,
-    before its lanes are: an index that only looks non-affine (``(4*t + lane) // 4``, from an ``OVERLAP`` tile
-    that a later ``UPCAST`` split) then takes one simplification instead of one per lane."""
-    access: dict[UOp, tuple[UOp, ...]] = {}
-    todo: dict[UOp, None] = {}
-    for u in sink.toposort():
-        if u.op is Ops.INDEX and isinstance(u.dtype, PtrDType) and len(u.src) > 1:
-            own = _access_rngs(u, rngs, access)
-            if own and affine_coefficients(u.src[1], list(own)) is None:
-                todo[u.src[1]] = None
-    if not todo:
-        return sink
-    exprs = list(todo)
-    simplified = graph_rewrite_map(UOp.sink(*exprs), symbolic, name="simplify")
-    changed = {e: simplified[e] for e in exprs if simplified.get(e, e) is not e}
-    return sink.substitute(changed) if changed else sink
-
-
 def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int, masked: bool) -> UOp:
-    sink = _simplify_lane_indices(sink, rngs)
     ctx = _MemCtx(rngs, max_width, masked)
     _presimplify(sink, rngs, ctx.memo, ctx.access, ctx.plans)
     stores: list[UOp] = []
