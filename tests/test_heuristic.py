@@ -117,6 +117,22 @@ def test_cpu_matmul_tails_overlap_the_last_tiles():
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_cpu_matmul_prefers_a_full_width_tile_over_a_narrow_exact_one():
+    """200 columns: one 8-wide vector divides them, but 16-wide tiles (two vectors) overlapping 8 columns at the end
+    do the same work with half the broadcasts of the left operand per multiply-add; 24 columns would overlap a third
+    of the work, so they keep the exact 8-wide tile."""
+    wide = opts_of(matmul_ast(64, 8, 200), CPURenderer())
+    assert (OptOps.OVERLAP, (16, 16)) in [(o.op, o.arg) for o in wide]
+    assert [o.arg for o in wide if o.op is OptOps.UPCAST][0] == 16
+    narrow = opts_of(matmul_ast(64, 8, 24), CPURenderer())
+    assert not [o for o in narrow if o.op in (OptOps.OVERLAP, OptOps.PADTO)]
+    assert [o.arg for o in narrow if o.op is OptOps.UPCAST][0] == 8
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((64, 8)).astype(np.float32), rng.standard_normal((8, 200)).astype(np.float32)
+    got = run(matmul_ast(64, 8, 200), [a.ravel(), b.ravel()], CPURenderer()).reshape(64, 200)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_cpu_matmul_tails_are_padded_where_they_cant_overlap():
     """``PADTO`` instead of ``OVERLAP``: columns of a right operand packed in zero-filled 16-wide panels (the
     frontend's layout: a tile shifted across a panel boundary would be gathered, a padded one reads whole vectors and

@@ -13,7 +13,8 @@ depends only on what the renderer declares:
 **CPU-style renderers** (no local ids):
 
 1. matmul-shaped reduces get **register blocking**: the output axis that is contiguous in memory is upcast by the
-   renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors) and the other output
+   renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors; padded to whole such
+   tiles when that adds at most an eighth, rather than a narrower tile that divides it) and the other output
    axis by enough rows for 8-12 vector accumulators (4 x 16, 8 x 8; 5- and 6-row tiles measured 3-6x slower on AVX2),
    so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
    and step; the row axis is split across the threads, and a block of rows whose left operand fits in half an L2
@@ -195,7 +196,11 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
         i, j = j, i  # j is the axis contiguous in the output
     panel = getattr(k.renderer, "gemm_panel_bytes", 0) // max(1, _itemsize(k))
     widths = (panel if panel > 1 else 2 * vw, vw, 8, 4)
-    jn = _divisor(_size(j), widths)
+    size_j = _size(j)
+    jn = _divisor(size_j, widths[:1])
+    if jn is None and isinstance(size_j, int) and size_j >= 8 * widths[0] and _pad_columns(k, j, widths[0]):
+        jn = widths[0]  # a full-width tile over at most an eighth more columns beats a narrower exact one
+    jn = jn or _divisor(size_j, widths[1:])
     swapped = None
     if jn is None and _pad_columns(k, j, widths[0]):
         jn = widths[0]
