@@ -424,3 +424,45 @@ print("OK", got[0].tolist())
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "OK [7.0, 7.0, 7.0, 7.0]" in proc.stdout
+
+
+def _matmul_ast(m: int, k: int, n: int, panel: int = 0) -> UOp:
+    """``out = a @ b`` with ``b`` row-major, or (``panel``) packed in zero-filled column panels like the frontend's."""
+    a = UOp(Ops.LOAD, dtypes.float, (UOp.define_global(1, dtypes.float, m * k),)).reshape((m, k, 1)).expand((m, k, n))
+    if panel:
+        wide = -(-n // panel) * panel
+        packed = UOp(Ops.LOAD, dtypes.float, (UOp.define_global(2, dtypes.float, k * wide),))
+        b = packed.reshape((wide // panel, k, panel)).permute((1, 0, 2)).reshape((k, wide)).shrink(((0, k), (0, n)))
+    else:
+        b = UOp(Ops.LOAD, dtypes.float, (UOp.define_global(2, dtypes.float, k * n),)).reshape((k, n))
+    b = b.reshape((1, k, n)).expand((m, k, n))
+    out = UOp.define_global(0, dtypes.float, m * n).reshape((m, 1, n))
+    return UOp.sink(out.store((a * b).r(Ops.ADD, (1,))))
+
+
+def test_matmul_tail_accumulators_are_read_through_a_barrier(run_uops_c):
+    """The C backend: a register tile whose stores are gated (the masked tail of a panel-packed operand) reads its
+    accumulator after the loop through a compiler barrier (clang then vectorizes all of the tile's FMAs); one without
+    gates reads it directly. Both compute ``a @ b``."""
+    from tinycore.codegen import get_program
+
+    def run(ast: UOp, out_size: int, inputs: list[np.ndarray]) -> tuple[str, np.ndarray]:
+        program = get_program(ast, run_uops_c.device.renderer)
+        src = run_uops_c.source(program.uops)
+        lib = run_uops_c.device.compiler.compile_cached(src)
+        out = np.zeros(out_size, np.float32)
+        return src, run_uops_c.launch(src, lib, [out, *inputs], global_size=program.global_size)[0]
+
+    m, k, n, panel = 64, 8, 42, 16
+    wide = -(-n // panel) * panel
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = np.zeros((k, wide), np.float32)
+    b[:, :n] = RNG.standard_normal((k, n))
+    panels = np.ascontiguousarray(b.reshape(k, wide // panel, panel).transpose(1, 0, 2))
+    src, got = run(_matmul_ast(m, k, n, panel), m * n, [a, panels])
+    assert '__asm__ volatile("" : : "r"(' in src
+    np.testing.assert_allclose(got.reshape(m, n), a @ b[:, :n], rtol=1e-4, atol=1e-4)
+    b64 = RNG.standard_normal((k, 64)).astype(np.float32)
+    src, got = run(_matmul_ast(m, k, 64), m * 64, [a, b64])
+    assert "__asm__" not in src
+    np.testing.assert_allclose(got.reshape(m, 64), a @ b64, rtol=1e-4, atol=1e-4)
