@@ -309,6 +309,20 @@ def test_vector_ops_equal_the_c_backend(run_uops, run_c):
         np.testing.assert_array_equal(got[0].view(np.uint8), want[0].view(np.uint8), err_msg=f"{op.name} {dtype}")
 
 
+def test_vector_constants_keep_signed_zeros_and_splats(run_uops):
+    """Vector constants: a splat is one constant text repeated, and lanes that compare equal but differ (0.0 and -0.0)
+    keep their own bits."""
+    out = UOp.define_global(0, dtypes.float32, 8)
+    vec = dtypes.float32.vec(4)
+    mixed = UOp(Ops.VCONST, vec, (), (0.0, -0.0, 0.0, -0.0))
+    splat = UOp(Ops.VCONST, vec, (), (-0.0, -0.0, -0.0, -0.0))
+    first = UOp(Ops.CAST, vec.ptr(8), (out.index(c32(0)),)).store(mixed)
+    second = UOp(Ops.CAST, vec.ptr(8), (out.index(c32(4)),)).store(splat)
+    got = run_uops(linearize(first, second), [np.ones(8, np.float32)])[0]
+    want = np.array([0.0, -0.0, 0.0, -0.0, -0.0, -0.0, -0.0, -0.0], np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_sixteen_bit_float_casts_equal_the_c_backend(run_uops, run_c):
     """double/float/int64 -> float16 and bfloat16 (double rounding avoided, ties, overflow, NaN) and back."""
     values = np.array([0.1, 1 / 3, 65504.0, 65520.0, 65519.99, 1e-8, 2.0**-24 * 1.5, -2.5e-5, 1e6, np.nan, -np.inf,

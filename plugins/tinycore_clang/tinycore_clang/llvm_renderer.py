@@ -488,7 +488,12 @@ class _IRWriter:
         if op is Ops.CONST:
             self.define(u, self.const_like(u.arg, u.dtype))
         elif op is Ops.VCONST:
-            lanes = [self.scalar_const(v, u.dtype.scalar()) for v in u.arg]
+            scalar = u.dtype.scalar()
+            first = repr(u.arg[0])  # repr, not ==: 0.0 and -0.0 are different constants
+            if all(repr(v) == first for v in u.arg):  # a splat (an accumulator's zeros): one constant text
+                lanes = [self.scalar_const(u.arg[0], scalar)] * len(u.arg)
+            else:
+                lanes = [self.scalar_const(v, scalar) for v in u.arg]
             self.define(u, self.vector_const(lanes, u.dtype))
         elif op is Ops.DEFINE_REG:
             if not isinstance(u.dtype, PtrDType) or u.dtype.size < 0:
