@@ -198,11 +198,12 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     widths = (panel if panel > 1 else 2 * vw, vw, 8, 4)
     size_j = _size(j)
     jn = _divisor(size_j, widths[:1])
-    if jn is None and isinstance(size_j, int) and size_j >= 8 * widths[0] and _pad_columns(k, j, widths[0]):
+    long_row = isinstance(size_j, int) and size_j >= 8 * widths[0]
+    if jn is None and long_row and _pad_columns(k, j, widths[0]):
         jn = widths[0]  # a full-width tile over at most an eighth more columns beats a narrower exact one
     jn = jn or _divisor(size_j, widths[1:])
     swapped = None
-    if jn is None and _pad_columns(k, j, widths[0]):
+    if jn is None and not long_row and _pad_columns(k, j, widths[0]):  # (a long row was tried above)
         jn = widths[0]
     if jn is None:
         swapped = _vector_rows(k, i, j, vw)

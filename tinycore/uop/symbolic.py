@@ -639,7 +639,7 @@ def _lowered_index(u: UOp, src: tuple[UOp, ...], dt: DType) -> UOp:
         return UOp(Ops.CONST, dt, src, u.arg)
     if u.op is Ops.VCONST:
         return UOp(Ops.VCONST, dt, src, u.arg)
-    if u.op in _SAME_DTYPE_SRCS or u.op is Ops.WHERE:
+    if u.op in _UNIFIED_OPS:
         src = _unify_int_srcs(src, u.op, dt)
     elif u.op is Ops.CAST and src[0].dtype == dt:
         return src[0]
@@ -665,7 +665,7 @@ def _unify_compare(u: UOp) -> UOp | None:
 pm_lower_index_dtype = PatternMatcher(
     [
         (UPat(name="u"), _lower_index_node),
-        (UPat(_SAME_DTYPE_SRCS | {Ops.WHERE}, name="u"), _unify_compare),
+        (UPat(_UNIFIED_OPS, name="u"), _unify_compare),
     ],
     name="lower_index_dtype",
 )

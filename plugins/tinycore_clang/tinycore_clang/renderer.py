@@ -617,7 +617,7 @@ class _KernelWriter:
                 # barrier, so clang vectorizes the accumulation as whole vectors (when the value's lanes go on to
                 # stores of irregular pieces, the masked tail of a tile, its SLP vectorizer left a third of the FMAs
                 # scalar: 17 vs 130 GFLOPS on 513x511x517); without gates the copy only cost 2-4%
-                self.emit(f"float {var}_out[{u.dtype.count * u.dtype.scalar().itemsize // 4}];")
+                self.emit(f"unsigned char {var}_out[{nbytes}];")
                 self.emit(f"__builtin_memcpy({var}_out, {ptr}, {nbytes});")
                 self.emit(f'__asm__ volatile("" : : "r"({var}_out) : "memory");')
                 self.emit(f"{ctype} {var}; __builtin_memcpy(&{var}, {var}_out, {nbytes});")
