@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tinycore.device import renderer_setting
 from tinycore.engine.realize import run_schedule
 from tinycore.engine.schedule import ScheduleItem, buffer_of
 from tinycore.tensor import Tensor
@@ -77,7 +78,8 @@ def test_softmax_broadcast_into_a_matmul_is_stored_once(device: str) -> None:
     x, w = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
     out = x.softmax(1) @ w
     items = out.schedule()
-    assert len(items) == 4  # max, sum of exps, the softmax, the matmul reading it
+    # max, sum of exps, the softmax, the matmul reading it; one kernel for the softmax where rows fuse (CLANG)
+    assert len(items) == (2 if renderer_setting(device, "row_reduce_bytes", 0) else 4)
     (matmul,) = _matmul_kernels(items)
     assert Ops.EXP2 not in _ops(matmul)
     run_schedule(items)

@@ -47,6 +47,7 @@ __all__ = [
     "Device",
     "LRUAllocator",
     "is_dtype_supported",
+    "renderer_setting",
 ]
 
 
@@ -533,3 +534,19 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
         return False
     name = device if device is not None else _default_device()
     return dtype.scalar() in _device_lookup(name).capabilities.dtypes
+
+
+def renderer_setting(device: Any, name: str, default: Any = None) -> Any:
+    """Attribute `name` of `device`'s renderer (`tinycore.renderer.Renderer`), or `default` when the device can't
+    be asked (not a single device name, no plugin, no hardware). Core reads renderer tuning knobs through this
+    (``gemm_panel_bytes``, ``row_reduce_bytes``) without naming a device.
+
+    >>> renderer_setting(("CLANG:0", "CLANG:1"), "row_reduce_bytes", 0)  # a multi-device value has no one renderer
+    0
+    """
+    if not isinstance(device, str):
+        return default
+    try:
+        return getattr(_device_lookup(device).renderer, name, default)
+    except Exception:  # noqa: BLE001 (a device that can't be opened has no settings to give)
+        return default

@@ -89,6 +89,8 @@ IGNORE_OOB = ContextVar("IGNORE_OOB", 1)  # 0: prove every index in bounds at lo
 SPEC = ContextVar("SPEC", 0)  # 1: type-check the UOp graph after every named rewrite pass
 CACHELEVEL = ContextVar("CACHELEVEL", 2)  # 0: no disk caches (compiled programs, BEAM results)
 CAPTURING = ContextVar("CAPTURING", 1)  # 0: realize inside a TinyJit capture is not recorded (debugging)
+# 0: every reduce broadcast back gets its own kernel, even where the renderer allows one-kernel rows (softmax)
+FUSE_ROWS = ContextVar("FUSE_ROWS", 1)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)  # 1: internal buffers get memory of their own (no sharing)
 CI = bool(getenv("CI", ""))
 

@@ -181,7 +181,12 @@ class Renderer:
       again for every address and the compiler spends time proving that it can be);
     - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
-      this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously.
+      this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously;
+    - `row_reduce_bytes`: when > 0 (CPU-style renderers, where one thread runs a whole row), a reduce over the last
+      axis of rows at most this many bytes long stays in the kernel that broadcasts its result back over the row
+      (softmax, layernorm: one kernel, each row read from memory once and reread from cache); a value the reduce
+      loop computes and the output needs again is kept in a row-sized register array, not computed twice
+      (`tinycore.codegen.stash`). 0: such reduces get kernels of their own.
 
     Renderers pickle as ``(device family, arch)`` and are rebuilt through the plugin's `tinycore_compile_target`
     hook, so BEAM workers and compile-only tools get an identical renderer without any hardware.
@@ -203,6 +208,7 @@ class Renderer:
     index_bits: int = 32
     vector_bytes: int = 32
     gemm_panel_bytes: int = 0
+    row_reduce_bytes: int = 0
 
     def render(self, uops: list[UOp]) -> str:
         """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text."""

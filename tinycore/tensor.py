@@ -1250,10 +1250,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         return total.cast(least_upper_float(total.dtype)) * (1 / n if n else math.nan)
 
     def softmax(self, axis: int = -1) -> Tensor:
-        """exp(x - max) / sum(exp(x - max)) along `axis` (three kernels at most)."""
+        """exp(x - max) / sum(exp(x - max)) along `axis` (one kernel on devices that fuse row reduces, else three
+        at most). Like PyTorch's CPU kernel, each row is scaled by the reciprocal of its sum (a multiply per element,
+        not a division)."""
         x = self.cast(least_upper_float(self.dtype))
         e = (x - x.max(axis, keepdim=True).detach()).exp()  # shift-invariant: the max needs no gradient
-        return e / e.sum(axis, keepdim=True)
+        return e * e.sum(axis, keepdim=True).reciprocal()
 
     def log_softmax(self, axis: int = -1) -> Tensor:
         """log(softmax(x)) computed stably."""

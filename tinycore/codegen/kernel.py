@@ -83,6 +83,7 @@ from tinycore.codegen.lowerer import (
     simplify_sink,
     substitute_ranges,
 )
+from tinycore.codegen.stash import is_stash_read
 from tinycore.dtype import AddrSpace, PtrDType, dtypes
 from tinycore.errors import TinycoreError
 from tinycore.helpers import prod
@@ -273,6 +274,15 @@ class Kernel:
         """The number of lanes of the ``UPCAST``/``UNROLL`` axes together (vector width of the widest value)."""
         return prod(s for s in (_size(r) for r in self.axes_of(AxisType.UPCAST, AxisType.UNROLL)) if isinstance(s, int))
 
+    def _lanes_with(self, rng: UOp) -> int:
+        """The lanes a value reduced over `rng` has: the ``UPCAST`` axes times the ``UNROLL`` axes of the reduces
+        that loop over `rng` (another reduce's unrolled lanes are folded before this one's loop: a one-pass
+        softmax's max and sum passes don't multiply)."""
+        mine = {r for u in self.sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:] for r in u.src[1:]}
+        sizes = [_size(r) for r in self.axes_of(AxisType.UPCAST)]
+        sizes += [_size(r) for r in self.axes_of(AxisType.UNROLL) if r in mine]
+        return prod(s for s in sizes if isinstance(s, int))
+
     @property
     def buffers(self) -> list[UOp]:
         """The kernel's ``DEFINE_GLOBAL``s, by argument index."""
@@ -356,6 +366,10 @@ class Kernel:
             _check(ren is not None and not ren.has_local, f"{opt}: THREAD is for CPU-style devices (no local ids)")
             _check(not self.axes_of(AxisType.THREAD), f"{opt}: the kernel already has a THREAD axis")
             rng = self._pick(self.output_axes, opt, "output")
+            _check(
+                not any(is_stash_read(u) and rng in u.src[0].src[1].toposort() for u in self.sink.toposort()),
+                f"{opt}: the axis reads a stash that one thread fills for the whole row",
+            )
             self.shift_to(rng, self._amount(rng, opt), AxisType.THREAD, top=True)
         elif opt.op is OptOps.UPCAST:
             rng = self._pick(self.output_axes, opt, "output")
@@ -367,7 +381,7 @@ class Kernel:
             rng = self._pick(self.reduce_axes, opt, "reduce")
             amt = self._amount(rng, opt)
             _check(amt <= 32, f"{opt}: unroll by more than 32")
-            _check(self.upcast_size * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
+            _check(self._lanes_with(rng) * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
             self.shift_to(rng, amt, AxisType.UNROLL)
         elif opt.op is OptOps.PADTO:
             self._padto(opt)
@@ -456,7 +470,8 @@ class Kernel:
         _check(padded <= 2 * size, f"{opt}: padding {size} to {padded} more than doubles the work")
         _check(1 < block <= size and padded % block == 0, f"{opt}: blocks of {block} don't tile {padded} in {size}")
         nodes = self.sink.toposort()
-        stored = {_buffer(u.src[0]) for u in nodes if u.op is Ops.STORE}
+        # a stash (register array) is filled before the loop that reads it: a block done twice reads it again
+        stored = {_buffer(u.src[0]) for u in nodes if u.op is Ops.STORE} - {u for u in nodes if u.op is Ops.DEFINE_REG}
         loaded = {_buffer(u.src[0]) for u in nodes if u.op is Ops.LOAD}
         _check(
             not stored & loaded, f"{opt}: the kernel reads a buffer it stores (a block done twice would see its writes)"
@@ -615,7 +630,7 @@ class Kernel:
         self.global_size = tuple(gsz) + (1,) * (3 - len(gsz))
         self.local_size = tuple(lsz) + (1,) * (3 - len(lsz))
         sink = sink.substitute(mapping)
-        regs = _RegCtx()
+        regs = _RegCtx(next_reg=1 + max((u.arg for u in sink.toposort() if u.op is Ops.DEFINE_REG), default=-1))
         sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
         sink = lower_reduces(sink, first_reg=regs.next_reg)
         if ren is not None and "MULACC" in ren.native_ops:

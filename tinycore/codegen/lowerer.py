@@ -298,6 +298,7 @@ def _movement_index(
 class _LowerCtx:
     shapes: dict[UOp, Any] = field(default_factory=dict)
     next_axis: int = 0
+    reduces: dict[tuple[Any, ...], UOp] = field(default_factory=dict)  # lowered REDUCE_AXIS by (node, outer idx, gate)
 
     def shape(self, u: UOp) -> tuple[sint, ...]:
         """The kernel shape of `u` (raises `LoweringError` when it has none)."""
@@ -322,6 +323,25 @@ def _lidx(value: UOp, idx: Sequence[UOp], gate: UOp | None) -> UOp:
     return UOp(Ops.INDEX, value.dtype, (value, *idx), gate)
 
 
+def _lower_reduce_axis(ctx: _LowerCtx, v: UOp, idx: list[UOp], gate: UOp | None) -> UOp:
+    """``REDUCE_AXIS`` at index `idx`: new REDUCE ranges for its reduced axes (a zero-size one gives the identity)."""
+    red_op, axes = v.arg
+    in_shape = ctx.shape(v.src[0])
+    new_idx, rngs = list(idx), []
+    for a in axes:
+        size = in_shape[a]
+        if isinstance(size, int) and size == 0:
+            return UOp.const(v.dtype, reduce_identity(red_op, v.dtype))
+        if _is_one(size):
+            new_idx[a] = _idx_const(0)
+        else:
+            r = ctx.new_range(size, AxisType.REDUCE)
+            new_idx[a] = r
+            rngs.append(r)
+    inner = _lidx(v.src[0], new_idx, gate)
+    return UOp(Ops.REDUCE, v.dtype, (inner, *rngs), red_op) if rngs else inner
+
+
 def _push_index(ctx: _LowerCtx, x: UOp) -> UOp | None:
     v, idx, gate = x.src[0], list(x.src[1:]), x.arg
     op = v.op
@@ -344,20 +364,13 @@ def _push_index(ctx: _LowerCtx, x: UOp) -> UOp | None:
         return valid.where(inner, UOp.const(v.dtype, 0))
     if op is Ops.REDUCE_AXIS:
         red_op, axes = v.arg
-        in_shape = ctx.shape(v.src[0])
-        new_idx, rngs = list(idx), []
-        for a in axes:
-            size = in_shape[a]
-            if isinstance(size, int) and size == 0:
-                return UOp.const(v.dtype, reduce_identity(red_op, v.dtype))
-            if _is_one(size):
-                new_idx[a] = _idx_const(0)
-            else:
-                r = ctx.new_range(size, AxisType.REDUCE)
-                new_idx[a] = r
-                rngs.append(r)
-        inner = _lidx(v.src[0], new_idx, gate)
-        return UOp(Ops.REDUCE, v.dtype, (inner, *rngs), red_op) if rngs else inner
+        # the same reduce reached again with the same outer indices (a row max used inside a row sum's loop and by
+        # the output) is the same value: one loop, not one per use
+        key = (v, tuple(i for a, i in enumerate(idx) if a not in axes), gate)
+        if (known := ctx.reduces.get(key)) is not None:
+            return known
+        ctx.reduces[key] = result = _lower_reduce_axis(ctx, v, idx, gate)
+        return result
     if op is Ops.LOAD:
         buf = v.src[0]
         if buf.op is not Ops.DEFINE_GLOBAL:

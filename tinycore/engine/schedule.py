@@ -10,7 +10,12 @@ Steps on a schedule-cache miss:
    value holding a reduce when it is broadcast (`EXPAND`) or reduced again, a value holding a reduce that two
    kernels need (recomputing it would repeat the reduction), and a costly value of other kernels' outputs that is
    broadcast into a reduce (fused, the reduce would recompute it per broadcast element: a softmax backward inside
-   the gradient matmuls). Everything else is fused into the kernels that use it;
+   the gradient matmuls). Everything else is fused into the kernels that use it. Exception, on devices whose
+   renderer sets ``row_reduce_bytes`` (CPU-style: one thread runs a whole row): a reduce over the last axis of
+   rows that short, whose result is only broadcast back over them (maybe through row-sized elementwise ops), stays
+   in the kernel that uses it (`_Scheduler._row_reduces`; ``FUSE_ROWS=0`` turns it off): softmax, log-softmax and
+   layernorm are one kernel reading each row from memory once. Such a reduce needed by two kernels is realized;
+   the cheap rest of the value is recomputed in each;
 4. **kernel ASTs**: the `schedule:kernel_ast` pass turns each kernel's region into ``SINK(STORE(target, value))``
    with `LOAD(DEFINE_GLOBAL)` inputs;
 5. **order**: kernels sorted by dependencies, including read-before-assign (a kernel reading the old contents of X
@@ -52,9 +57,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tinycore.device import Buffer
+from tinycore.device import Buffer, renderer_setting
 from tinycore.dtype import DType, dtypes
-from tinycore.helpers import DEBUG, prod
+from tinycore.helpers import DEBUG, FUSE_ROWS, prod
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 
@@ -596,10 +601,20 @@ _schedule_cache: dict[Any, _Entry] = {}
 SCHEDULE_CACHE_LIMIT = 4096  # entries; the oldest is dropped beyond (graphs whose constants change every step)
 
 
+_cached_fuse_rows: list[Any] = [None]  # the FUSE_ROWS value the cached schedules were made with
+
+
 def clear_schedule_cache() -> None:
     """Forget every cached schedule (the next realize of each graph schedules it again)."""
     _schedule_cache.clear()
     _eager_entries.clear()
+
+
+def _check_cache_settings() -> None:
+    """Drop the cached schedules when a knob that changes kernel boundaries (``FUSE_ROWS``) changed since."""
+    if FUSE_ROWS.value != _cached_fuse_rows[0]:
+        clear_schedule_cache()
+        _cached_fuse_rows[0] = FUSE_ROWS.value
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -627,6 +642,7 @@ def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer],
     """`schedule_outputs` for the realize engine, without `ScheduleItem`s: the cached schedule, the walk (its
     `var_vals`), the buffer of every slot and the new uop of every root (roots on one device each: no `MULTI`).
     The realized table is updated as in `schedule_outputs`."""
+    _check_cache_settings()
     chain = roots[0]._eager_key if len(roots) == 1 else None
     entry = _eager_entries.get(chain[0]) if chain is not None else None
     if entry is not None and _realized_data.get(id(roots[0])) is None:
@@ -717,6 +733,7 @@ def create_schedule_with_vars(sink: UOp) -> tuple[list[ScheduleItem], dict[str, 
 
 
 def _lookup(roots: Sequence[UOp]) -> tuple[_Entry, _Walk]:
+    _check_cache_settings()
     walk = _Walk(roots)
     entry = _schedule_cache.get(walk.key)
     if entry is not None:
@@ -917,10 +934,17 @@ class _Scheduler:
                 or (c.op in GroupOp.Movement and feeds[c])
                 for c in self.consumers[u]
             )
+        # ... unless every reduce inside it is a row reduce that stays in its consumer (and it feeds no other reduce)
+        rows = self._row_reduces() if FUSE_ROWS.value else set()
         has_reduce: dict[UOp, bool] = {}
+        only_rows: dict[UOp, bool] = {}  # every unrealized reduce inside u is a row reduce
         for u in self.topo:
             flag = u.op is Ops.REDUCE_AXIS or any(has_reduce[s] and s not in points for s in u.src)
-            if flag and feeds[u] and u.op not in GroupOp.Movement:
+            inner = [s for s in u.src if has_reduce[s] and s not in points]
+            only_rows[u] = (u in rows if u.op is Ops.REDUCE_AXIS else True) and all(only_rows[s] for s in inner)
+            stays = bool(rows) and only_rows[u]
+            stays = stays and all(c.op is not Ops.REDUCE_AXIS or c in rows for c in self.consumers[u])
+            if flag and feeds[u] and u.op not in GroupOp.Movement and not stays:
                 self._mark(u)
             has_reduce[u] = flag
         # an ASSIGN whose value reads the target buffer through another view: compute the value first
@@ -937,9 +961,63 @@ class _Scheduler:
                 elif c.op is not Ops.SINK:
                     g |= groups[c]
             if len(g) > 1 and has_reduce[u] and u not in points and u.op not in GroupOp.Movement:
-                self._mark(u)
+                inner = self._unrealized_reduces(u)
+                if inner and all(r in rows for r in inner):  # the row reduces once; the cheap rest in each kernel
+                    for r in inner:
+                        self._mark(r)
+                elif inner:
+                    self._mark(u)
             groups[u] = g
         self._mark_broadcast_into_reduce()
+
+    def _unrealized_reduces(self, u: UOp) -> list[UOp]:
+        """The REDUCE_AXIS nodes `u` computes itself (not below a realize point)."""
+        found: list[UOp] = []
+        seen: set[UOp] = set()
+        stack = [u]
+        while stack:
+            n = stack.pop()
+            if n in seen or (n is not u and n in self.points):
+                continue
+            seen.add(n)
+            if n.op is Ops.REDUCE_AXIS:
+                found.append(n)
+            stack.extend(n.src)
+        return found
+
+    def _row_reduces(self) -> set[UOp]:
+        """Reduces that stay in the kernel consuming them: over the last axis of a value whose rows are at most the
+        device renderer's ``row_reduce_bytes`` long (`tinycore.renderer.Renderer.row_reduce_bytes`; 0 on GPUs),
+        with results only broadcast back over those rows. Such a kernel (softmax, layernorm) reads each row from
+        memory once; its later passes over the row hit the cache."""
+        out: set[UOp] = set()
+        limits: dict[Any, int] = {}
+        for u in self.topo:
+            if u.op is not Ops.REDUCE_AXIS or not u.src[0].shape:
+                continue
+            shape = u.src[0].shape
+            last = len(shape) - 1
+            if tuple(u.arg[1]) != (last,) or not isinstance(shape[last], int) or shape[last] <= 1:
+                continue
+            device = u.device
+            if device not in limits:
+                limits[device] = int(renderer_setting(device, "row_reduce_bytes", 0) or 0)
+            if shape[last] * max(u.dtype.itemsize, u.src[0].dtype.itemsize) > limits[device]:
+                continue
+            # the result may pass through reshapes and row-sized elementwise ops (``log(sum)``, ``rsqrt(var +
+            # eps)``) but must end broadcast back over the rows it reduced
+            ok, stack, row_elems = True, list(self.consumers[u]), prod(u.shape)
+            while stack and ok:
+                c = stack.pop()
+                if c.op is Ops.RESHAPE or (c.op in GroupOp.Elementwise and prod(c.shape) == row_elems):
+                    stack.extend(self.consumers[c])
+                elif c.op is Ops.EXPAND:
+                    ok = tuple(c.arg) == tuple(shape)
+                else:
+                    ok = False
+            if ok and self.consumers[u]:
+                out.add(u)
+        return out
 
     def _mark_broadcast_into_reduce(self) -> None:
         """Realize a value computed from other kernels' outputs when it is broadcast into a reduce and costs more

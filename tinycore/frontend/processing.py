@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tinycore.device import renderer_setting
 from tinycore.dtype import dtypes, least_upper_float
 from tinycore.helpers import prod
 from tinycore.uop.ops import GroupOp, Ops
@@ -70,22 +71,10 @@ _PACK_MIN_ROWS_IN_PLACE = 384
 _PACK_MIN_BYTES_IN_PLACE = 512 << 10
 
 
-def _renderer_setting(device: Any, name: str) -> Any:
-    """Attribute `name` of the device's renderer (None when the device can't be asked)."""
-    if not isinstance(device, str):
-        return None
-    from tinycore.device import Device
-
-    try:
-        return getattr(Device[device].renderer, name, None)
-    except Exception:  # noqa: BLE001 (a device that can't be opened simply gets no packing)
-        return None
-
-
 def _gemm_panel(device: Any, itemsize: int) -> int:
     """Width in elements of the column panels the device's renderer wants a matmul's right operand packed into
     (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked)."""
-    nbytes = int(_renderer_setting(device, "gemm_panel_bytes") or 0)
+    nbytes = int(renderer_setting(device, "gemm_panel_bytes", 0) or 0)
     return nbytes // itemsize if nbytes >= 2 * itemsize else 0
 
 

@@ -142,6 +142,9 @@ PRELUDE_NT = r"""#ifndef TC_NT_1
 #endif
 #endif
 """
+# a row this long (the scratch row of a one-pass softmax, 4 KB per 1024 floats, included) stays in L1/L2 between
+# the passes of a fused row reduce: the row is read from memory once
+ROW_REDUCE_BYTES = 32 << 10
 NT_STORE_MIN_BYTES = 16 << 20  # vector stores into outputs at least this large bypass the caches (streaming)
 
 # C scalar type names and the names used inside vector typedefs
@@ -216,7 +219,8 @@ class ClangRenderer(Renderer):
     `threads` is how many CPU threads a ``core_id`` split should use (``THREADS`` or the CPU count). Picklable as
     ``(family, arch)`` like every renderer. `vector_bytes` is the host's vector register width when compiling for
     it (64 with AVX-512, 32 with AVX, else 16; 32 for an explicit `arch`); `gemm_panel_bytes` (two vector
-    registers) asks the frontend to repack a large matmul's right operand into panels one register tile wide.
+    registers) asks the frontend to repack a large matmul's right operand into panels one register tile wide;
+    `row_reduce_bytes` (`ROW_REDUCE_BYTES`) lets softmax-like row reduces run in one kernel per row.
 
     >>> r = ClangRenderer()
     >>> r.has_local, r.has_shared, "SQRT" in r.native_ops, "EXP2" in r.native_ops
@@ -242,6 +246,7 @@ class ClangRenderer(Renderer):
         }
     )  # fmt: skip
     supported_dtypes = frozenset(ALL_SCALARS)
+    row_reduce_bytes = ROW_REDUCE_BYTES
 
     def __init__(self, arch: str | None = None, threads: int | None = None):
         self.arch = arch
