@@ -145,3 +145,11 @@ def test_stash_leaves_kernels_without_a_recomputed_costly_body_alone():
     )
     assert stash_reduce_values(costly, 16) is costly  # 8 floats don't fit 16 bytes
     assert stash_reduce_values(costly, 1 << 15) is not costly
+
+
+def test_beam_search_on_a_one_kernel_softmax_keeps_it_right(clang, tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))  # no BEAM result from another run
+    data = np.random.randn(16, 96).astype(np.float32)
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1):
+        got = Tensor(data, device="CLANG").softmax(-1).numpy()
+    np.testing.assert_allclose(got, torch.softmax(torch.tensor(data), -1).numpy(), rtol=1e-5, atol=1e-7)
