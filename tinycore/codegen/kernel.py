@@ -630,7 +630,8 @@ class Kernel:
         self.global_size = tuple(gsz) + (1,) * (3 - len(gsz))
         self.local_size = tuple(lsz) + (1,) * (3 - len(lsz))
         sink = sink.substitute(mapping)
-        regs = _RegCtx(next_reg=1 + max((u.arg for u in sink.toposort() if u.op is Ops.DEFINE_REG), default=-1))
+        # accumulators numbered after the stash arrays, which exist before expansion (a walk of the small graph)
+        regs = _RegCtx(next_reg=1 + max((u.arg for u in self.sink.toposort() if u.op is Ops.DEFINE_REG), default=-1))
         sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
         sink = lower_reduces(sink, first_reg=regs.next_reg)
         if ren is not None and "MULACC" in ren.native_ops:
