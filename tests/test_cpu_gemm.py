@@ -172,7 +172,7 @@ def test_packing_only_for_devices_that_ask_and_large_operands(clang):
     partial last panel is not: the kernel's last column tile overlaps the one before); a transposed one always."""
     from tinycore import Tensor
     from tinycore.frontend.processing import _PACK_MIN_ROWS_IN_PLACE as ROWS
-    from tinycore.frontend.processing import _packed_right_operand
+    from tinycore.frontend.processing import _gemm_panel, _packed_right_operand
 
     big = Tensor(rand(384, 512), device="CLANG")  # 768 KiB: beyond L2
     assert _packed_right_operand(big, 64) is not big
@@ -184,8 +184,9 @@ def test_packing_only_for_devices_that_ask_and_large_operands(clang):
     assert _packed_right_operand(small, 64) is small
     odd_np = rand(512, 513)
     odd = _packed_right_operand(Tensor(odd_np, device="CLANG"), 256)  # 513 columns: the last panel zero-filled
-    panels = odd.uop.src[0]  # the shrink keeps the 513 real columns of a 528-wide view
-    assert odd.shape == (512, 513) and odd.uop.op is Ops.SHRINK and panels.shape == (512, 528)
+    panels = odd.uop.src[0]  # the shrink keeps the 513 real columns of a view of whole panels
+    panel = _gemm_panel("CLANG", 4)  # the panel width follows the host's vector width (AVX2: 16, AVX-512: 32)
+    assert odd.shape == (512, 513) and odd.uop.op is Ops.SHRINK and panels.shape == (512, -(-513 // panel) * panel)
     np.testing.assert_array_equal(odd.numpy(), odd_np)
     small_odd = Tensor(rand(128, 129), device="CLANG")
     assert _packed_right_operand(small_odd, 64) is small_odd

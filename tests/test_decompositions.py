@@ -818,7 +818,7 @@ def test_decompose_leaves_only_basic_ops_and_keeps_values() -> None:
     assert {u.op.name for u in out.toposort()} <= BASIC_OPS | {"CONST", "DEFINE_VAR", "SINK"}
     ref = evaluate(graph.src[0], {x: xs, y: ys})
     got = evaluate(out.src[0], {x: xs, y: ys})
-    assert np.allclose(got, ref, rtol=2e-6, atol=0)
+    assert np.allclose(got, ref, rtol=1e-5, atol=0)  # a few ulps: numpy's exp2/log2/sin differ by host SIMD
     iv = np.concatenate([rng.integers(-(1 << 31), 1 << 31, 5000).astype(np.int32), np.array([-(1 << 31), 1], np.int32)])
     with np.errstate(all="ignore"):
         assert np.array_equal(evaluate(out.src[1], {i: iv}), evaluate(graph.src[1], {i: iv}))

@@ -17,6 +17,7 @@ from tinycore.dtype import (
     dtypes,
     least_upper_dtype,
     least_upper_float,
+    narrow_acc_dtype,
     sum_acc_dtype,
     truncate_to_dtype,
 )
@@ -102,7 +103,18 @@ def test_promotion():
     assert least_upper_dtype(dtypes.float16, dtypes.bfloat16) == dtypes.float32
     assert least_upper_dtype(dtypes.uint64, dtypes.int64) == dtypes.float16
     assert least_upper_float(dtypes.int32) == dtypes.default_float
-    assert sum_acc_dtype(dtypes.uint8) == dtypes.uint32 and sum_acc_dtype(dtypes.half) == dtypes.float32
+    assert sum_acc_dtype(dtypes.half) == dtypes.float32 and sum_acc_dtype(dtypes.bfloat16) == dtypes.float32
+
+
+@pytest.mark.parametrize(
+    "dtype", [dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint8, dtypes.uint16, dtypes.uint32]
+)
+def test_sum_acc_dtype_is_int64_like_torch(dtype):
+    """issue 18: PyTorch sums every bool/integer dtype into int64 (tinygrad's int32 wrapped at 2**31)."""
+    assert sum_acc_dtype(dtype) == dtypes.int64
+    assert sum_acc_dtype(dtypes.int64) == dtypes.int64 and sum_acc_dtype(dtypes.uint64) == dtypes.uint64
+    assert narrow_acc_dtype(dtype) in (dtypes.int32, dtypes.uint32)
+    assert narrow_acc_dtype(dtypes.float16) == dtypes.float32 and narrow_acc_dtype(dtypes.float32) == dtypes.float32
 
 
 def test_constants_convert_like_c():

@@ -109,13 +109,21 @@ def _train_dropout(t: Tensor) -> Tensor:
 @pytest.mark.skipif(len(test_devices()) < 2, reason="needs two devices (install tinycore-clang and a C compiler)")
 @pytest.mark.parametrize("name", sorted(RANDOMS))
 def test_same_stream_on_every_device(name: str) -> None:
-    """The same seed and call sequence give bit-identical numbers on every installed device."""
+    """The same seed and call sequence give the same numbers on every installed device: bit-identical random bits,
+    and within a few float32 ulps after the Box-Muller transform (log, cos and sqrt are each device's own: numpy's
+    differ between AVX2 and AVX-512 hosts by an ulp)."""
     outs = []
     for dev in test_devices():
         Tensor.manual_seed(1234)
         outs.append(RANDOMS[name](dev).numpy())
     for other in outs[1:]:
-        np.testing.assert_array_equal(other, outs[0])
+        if name in _TRANSCENDENTAL_RANDOMS:
+            np.testing.assert_allclose(other, outs[0], rtol=5e-7, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(other, outs[0])
+
+
+_TRANSCENDENTAL_RANDOMS = {"randn", "normal", "kaiming_normal"}
 
 
 def test_seed_reproducible_and_advancing(device: str) -> None:

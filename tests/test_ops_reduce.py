@@ -1,7 +1,7 @@
 """Op parity of the reductions, scans and sorting (ReduceMixin and the core `sum/mean/softmax`) with PyTorch.
 
-Documented dtype differences (see tinycore/frontend/reduce.py): integer sums/products/cumsums accumulate in int32
-(PyTorch: int64) and arg indices are int32, so the PyTorch side casts before comparing.
+Documented dtype differences (see tinycore/frontend/reduce.py): arg indices are int32 (PyTorch: int64), so the
+PyTorch side casts before comparing. Integer sums/products/cumsums give int64 like PyTorch.
 """
 
 from __future__ import annotations
@@ -95,11 +95,13 @@ def test_empty_reductions(device: str) -> None:
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8, np.bool_], ids=str)
 def test_int_reduce_dtypes(device: str, dtype: type) -> None:
-    """Integer sums/products accumulate in int32 (uint32 for unsigned; tinygrad's rule), max/min keep the dtype."""
-    acc = {np.int32: torch.int32, np.int8: torch.int32, np.uint8: torch.uint32, np.bool_: torch.int32}[dtype]
-    check_op(device, [(3, 4)], lambda t: t.sum(1).to(acc), lambda t: t.sum(1), dtype=dtype, low=-50, high=50)
-    check_op(device, [(3, 4)], lambda t: t.prod(0).to(acc), lambda t: t.prod(0), dtype=dtype, low=-5, high=5)
-    check_op(device, [(3, 4)], lambda t: t.cumsum(1).to(acc), lambda t: t.cumsum(1), dtype=dtype, low=-50, high=50)
+    """Integer sums/products accumulate in and return int64 like PyTorch (issue 18), max/min keep the dtype."""
+    check_op(device, [(3, 4)], lambda t: t.sum(1), lambda t: t.sum(1), dtype=dtype, low=-50, high=50)
+    check_op(device, [(3, 4)], lambda t: t.prod(0), lambda t: t.prod(0), dtype=dtype, low=-5, high=5)
+    check_op(device, [(3, 4)], lambda t: t.cumsum(1), lambda t: t.cumsum(1), dtype=dtype, low=-50, high=50)
+    check_op(device, [(3, 4)], lambda t: t.cumprod(1), lambda t: t.cumprod(1), dtype=dtype, low=-5, high=5)
+    for op in ("sum", "prod", "cumsum", "cumprod"):
+        assert getattr(Tensor(np.ones((2, 2), dtype=dtype), device=device), op)().dtype == dtypes.int64, op
     check_op(device, [(3, 4)], lambda t: t.amax(1), lambda t: t.max(1), dtype=dtype, low=-128, high=127)
     check_op(device, [(3, 4)], lambda t: t.amin(0), lambda t: t.min(0), dtype=dtype, low=-128, high=127)
     check_op(device, [(3, 4)], lambda t: t.any(1), lambda t: t.any(1), dtype=dtype, low=0, high=1)
@@ -290,3 +292,132 @@ def test_topk(device: str, largest: bool) -> None:
              lambda t: t.topk(3, 0, largest)[1])  # fmt: skip
     with pytest.raises(RuntimeError, match="out of range"):
         Tensor([1.0, 2.0], device=device).topk(3)
+
+
+# ----- issue 18: silently wrong reductions (integer wrap, fp16 mean overflow, float32 sums stalling at 2**24)
+
+
+@pytest.mark.parametrize(
+    "dtype", [dtypes.int32, dtypes.uint32, dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16, dtypes.bool], ids=str
+)
+def test_int_sum_does_not_wrap(device: str, dtype) -> None:
+    """Integer sums, products and scans are int64 like PyTorch: past 32 bits they don't wrap (tinygrad's int32
+    accumulator gave ``Tensor([2**31 - 1, 1]).sum() == -2**31``; uint32's wrapped at 2**32)."""
+    big = {dtypes.int32: 2**31 - 1, dtypes.uint32: 2**32 - 1}.get(dtype, int(dtypes.max(dtype)))
+    x = Tensor([big, big, 1], dtype=dtype, device=device)
+    for op in ("sum", "prod", "cumsum", "cumprod"):
+        assert getattr(x, op)().dtype == dtypes.int64, op
+    assert x.sum().item() == 2 * big + 1 and x.cumsum().tolist() == [big, 2 * big, 2 * big + 1]
+    if dtype != dtypes.bool:
+        y = Tensor([big, 3, 2], dtype=dtype, device=device)
+        assert y.prod().item() == 6 * big and y.cumprod().tolist() == [big, 3 * big, 6 * big]
+    assert x.reshape(1, 3).sum(1, keepdim=True).tolist() == [[2 * big + 1]]
+    m = x.mean()
+    assert m.dtype == dtypes.float32 and m.item() == pytest.approx((2 * big + 1) / 3, rel=1e-7)
+    if dtype in (dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.bool):  # numpy/torch-backed dtypes
+        a = np.array([big, big, 1], dtype=np.dtype(dtype.fmt) if dtype != dtypes.bool else np.bool_)
+        check_op(device, None, lambda t: t.sum(), lambda t: t.sum(), values=[a])
+        check_op(device, None, lambda t: t.cumsum(0), lambda t: t.cumsum(0), values=[a])
+
+
+def test_int_internal_sums_keep_int32(device: str) -> None:
+    """matmul/einsum/conv2d/multinomial of int32 inputs still give int32 (their sums accumulate in int32: the low
+    bits an int64 sum would give, without 64-bit math), matching PyTorch's int32 matmul/einsum."""
+    a = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    b = np.arange(8, dtype=np.int32).reshape(4, 2) * 3 - 7
+    check_op(device, None, torch.matmul, Tensor.matmul, values=[a, b])
+    check_op(device, None, lambda x, y: torch.einsum("ij,jk->ik", x, y), lambda x, y: Tensor.einsum("ij,jk->ik", x, y),
+             values=[a, b])  # fmt: skip
+    w = Tensor(np.ones((1, 1, 2, 2), dtype=np.int32), device=device)
+    assert Tensor(a.reshape(1, 1, 3, 4), device=device).conv2d(w).dtype == dtypes.int32
+    assert Tensor([0.2, 0.8], device=device).multinomial(3, replacement=True).dtype == dtypes.int32
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_half_mean_var_std_accumulate_in_float32(device: str, dtype) -> None:
+    """Like PyTorch, float16/bfloat16 mean/var/std add and divide in float32 before the cast back: 70000 fp16 ones
+    have mean 1 (was inf: the total 70000 was cast to fp16 first); their fp16 sum is inf, as in PyTorch."""
+    tdt = torch.float16 if dtype == dtypes.float16 else torch.bfloat16
+    ones = Tensor.ones(70000, dtype=dtype, device=device)
+    assert ones.mean().dtype == dtype and ones.mean().item() == 1.0
+    assert ones.sum().dtype == dtype and ones.sum().item() == torch.ones(70000, dtype=tdt).sum().item()
+    alt = np.tile(np.array([0.0, 10.0], dtype=np.float32), 35000)
+    x, t = Tensor(alt, device=device).cast(dtype), torch.tensor(alt).to(tdt)
+    for name in ("mean", "var", "std"):
+        ours, ref = getattr(x, name)(), getattr(t, name)()
+        assert ours.dtype == dtype and ours.item() == ref.item(), name
+    assert x.reshape(2, 35000).mean(1).tolist() == t.reshape(2, 35000).mean(1).tolist()
+    assert x.reshape(2, 35000).var(1, keepdim=True).tolist() == t.reshape(2, 35000).var(1, keepdim=True).tolist()
+
+
+_CASCADE_CASES = [
+    ((1000,), None, False),
+    ((3, 333), 1, False),
+    ((333, 3), 0, True),
+    ((5, 7, 30), (0, 2), True),
+    ((37, 29), None, True),
+    ((4, 6, 50), (1, 2), False),
+]
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+@pytest.mark.parametrize("case", _CASCADE_CASES, ids=str)
+def test_cascade_sum_matches_reference(device: str, monkeypatch: pytest.MonkeyPatch, name: str, case) -> None:
+    """The staged sum (thresholds shrunk so small shapes take every path: full and partial reductions, a reduced
+    axis that isn't last, keepdim, chunk remainders) gives PyTorch's values and gradients."""
+    import tinycore.frontend.reduce as reduce_mod
+
+    for attr, value in (("_CASCADE_MIN", 40), ("_CASCADE_ALWAYS", 40), ("_CASCADE_CHUNK", 8), ("_CASCADE_TOP", 4)):
+        monkeypatch.setattr(reduce_mod, attr, value)
+    monkeypatch.setattr(reduce_mod, "_CASCADE_GROUPS", 2)
+    shape, axis, keepdim = case
+
+    def torch_fn(t):
+        dims = tuple(range(t.ndim)) if axis is None else axis
+        return getattr(t, name)(dims, keepdim)
+
+    check_op(device, [shape], torch_fn, lambda t: getattr(t, name)(axis, keepdim), atol=1e-5, forward_only=FWD)
+
+
+def test_cascade_sum_of_broadcast_constant(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tinycore.frontend.reduce as reduce_mod
+
+    for attr, value in (("_CASCADE_MIN", 40), ("_CASCADE_ALWAYS", 40), ("_CASCADE_CHUNK", 8), ("_CASCADE_TOP", 4)):
+        monkeypatch.setattr(reduce_mod, attr, value)
+    ones = Tensor.ones(5, 1, device=device).expand(5, 1001)  # a broadcast constant: no buffer
+    assert ones.sum(1).tolist() == [1001.0] * 5 and ones.sum().item() == 5005.0
+    assert Tensor.ones(100, dtype=dtypes.float16, device=device).sum().item() == 100.0
+
+
+def test_sum_16m_keeps_its_kernels() -> None:
+    """The `sum 16M` benchmark's full reduction of 2**24 floats keeps `_reduce`'s two kernels (64 partial sums,
+    then their total); sizes that don't split into 64 even parts, or above 2**24, are cascaded."""
+    assert len(Tensor.empty(2**24).sum().schedule()) == 2
+    assert len(Tensor.empty(2**20).sum().schedule()) == 2
+    assert len(Tensor.empty(2**24 - 5).sum().schedule()) > 2
+    assert len(Tensor.empty(2**24 + 64).sum().schedule()) > 2
+    assert len(Tensor.empty(4096, 4096).sum(1).schedule()) == 1
+    assert len(Tensor.empty(3, 2**19).sum(1).schedule()) == 1
+
+
+def test_large_float_sum_is_accurate() -> None:
+    """2**25 + 12345 uniform [0, 1) float32 values: within 1e-6 relative of the float64 total (one float32
+    accumulator per output, as before the cascade, was off by ~3e-4; a sequential float32 sum by ~3e-5). The mean
+    and an axis sum of two such rows too. Default device (CLANG where present): 128 MiB, ~0.5 s."""
+    n = 2**25 + 12345
+    a = np.random.default_rng(18).random(n, dtype=np.float32)
+    ref = a.astype(np.float64).sum()
+    x = Tensor(a)
+    assert x.sum().item() == pytest.approx(ref, rel=1e-6)
+    assert x.mean().item() == pytest.approx(ref / n, rel=1e-6)
+    rows = x.shrink(((0, 2 * (n // 2)),)).reshape(2, n // 2).sum(1).numpy()
+    np.testing.assert_allclose(rows, a[: 2 * (n // 2)].reshape(2, -1).astype(np.float64).sum(1), rtol=1e-6)
+
+
+def test_huge_constant_sum_is_exact() -> None:
+    """``ones(10**10).sum()`` is 1e10 like PyTorch (was 4294967296: float32 partial sums stuck at 2**24), without
+    allocating 40 GB (the broadcast constant stays a constant) and with indices past 2**31; so are the mean (was
+    0.2147...) and an axis sum of two 3e9-element rows (was 67108864 each)."""
+    assert Tensor.ones(10**10).sum().item() == 1e10
+    assert Tensor.full((10**10,), 0.5).mean().item() == 0.5
+    assert Tensor.ones(2, 3 * 10**9).sum(1).tolist() == [3e9, 3e9]

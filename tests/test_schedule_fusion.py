@@ -170,7 +170,11 @@ def test_update_reading_old_weights_in_earlier_kernels_needs_no_copy(device: str
     loss = (x @ w).square().sum()  # its gradient reads x @ w, computed from the old w
     loss.backward()
     assert w.grad is not None
-    w.assign(w.detach() - 0.01 * w.grad)
+    grad, w.grad = w.grad, None
+    w.assign(w.detach() - 0.01 * grad)
+    # nothing else alive reads the old w (a live lazy loss or .grad would be computed first, into its own buffer:
+    # tests/faults/test_evaluation_order.py)
+    del loss, grad
     items = w.schedule()
     writes = [si for si in items if target in si.outputs]
     assert len(writes) == 1 and len(items) == 2  # x @ w, then the update (with dW fused in) straight into w

@@ -304,10 +304,10 @@ def test_reductions_match_torch(name: str) -> None:
     close(REDUCE[name](Tensor(a_np)), REDUCE[name](torch.tensor(a_np)), atol=1e-5)
 
 
-def test_sum_accumulates_small_ints_in_int32() -> None:
+def test_sum_accumulates_small_ints_in_int64() -> None:
     t = Tensor([[100, 100], [100, 100]], dtype=dtypes.int8)
     s = t.sum()
-    assert s.dtype == dtypes.int32 and s.item() == 400
+    assert s.dtype == dtypes.int64 and s.item() == 400  # PyTorch's dtype (issue 18: int32 sums wrapped)
     h = Tensor(a_np, dtype=dtypes.float16).sum(1)
     assert h.dtype == dtypes.float16
     close(h, torch.tensor(a_np).half().float().sum(1).half(), atol=1e-2, rtol=1e-2)

@@ -176,6 +176,9 @@ class Allocator:
         return self._overrides("as_buffer")
 
 
+_NONE_CACHED: Any = object()
+
+
 class LRUAllocator(Allocator):
     """An allocator that keeps freed memory in a cache keyed by ``(size, options)`` and hands it out again.
 
@@ -194,8 +197,11 @@ class LRUAllocator(Allocator):
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
         entries = self.cache.get((size, options))
-        if entries:
-            opaque = entries.pop()
+        try:
+            opaque = entries.pop() if entries else _NONE_CACHED
+        except IndexError:  # another thread took the last one between the test and the pop
+            opaque = _NONE_CACHED
+        if opaque is not _NONE_CACHED:
             self.cached_bytes -= size
         else:
             try:
@@ -220,7 +226,7 @@ class LRUAllocator(Allocator):
 
     def free_cache(self) -> None:
         """Release every cached allocation to the device."""
-        for (size, options), entries in self.cache.items():
+        for (size, options), entries in list(self.cache.items()):  # a copy: other threads may free meanwhile
             for opaque in entries:
                 self._free(opaque, size, options)
             self.cached_bytes -= size * len(entries)

@@ -453,12 +453,29 @@ def least_upper_float(dtype: DType) -> DType:
 
 
 def sum_acc_dtype(dtype: DType) -> DType:
-    """The dtype `sum` accumulates in: bool/ints widen to at least int32 (unsigned stays unsigned)."""
+    """The dtype `sum`/`prod`/`cumsum`/`cumprod` accumulate in and return, as PyTorch: bool and every integer dtype
+    widen to int64 (uint64 stays uint64, where PyTorch's int64 would wrap values >= 2**63); float16/bfloat16
+    accumulate in float32 (`sum` casts the result back); other floats accumulate in their own dtype.
+
+    >>> sum_acc_dtype(dtypes.int32), sum_acc_dtype(dtypes.uint8), sum_acc_dtype(dtypes.half)
+    (dtypes.long, dtypes.long, dtypes.float)
+    """
+    if dtype == dtypes.uint64:
+        return dtype
+    if dtypes.is_int(dtype) or dtype == dtypes.bool:
+        return dtypes.int64
+    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+
+
+def narrow_acc_dtype(dtype: DType) -> DType:
+    """The accumulator of an internal sum whose result is cast back to `dtype` (matmul, conv, einsum, one-hot
+    selections): bool and integers in at least int32 (unsigned: uint32), which keeps the low 32 bits an int64 sum
+    would give (integer addition wraps), without 64-bit arithmetic; float16/bfloat16 in float32."""
     if dtypes.is_unsigned(dtype):
         return least_upper_dtype(dtype, dtypes.uint32)
     if dtypes.is_int(dtype) or dtype == dtypes.bool:
         return least_upper_dtype(dtype, dtypes.int32)
-    return least_upper_dtype(dtype, dtypes.float32) if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+    return sum_acc_dtype(dtype)
 
 
 def truncate_to_dtype(value: ConstType, dtype: DType) -> ConstType:

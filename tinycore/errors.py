@@ -112,6 +112,12 @@ class JitError(TinycoreError, RuntimeError):
     """A ``TinyJit`` replay does not match its capture (shapes, dtypes, devices), or capture itself failed."""
 
 
+class IntegerDivisionByZeroError(TinycoreError, ZeroDivisionError, RuntimeError):
+    """Integer ``//``, ``%`` or ``idiv`` by a zero divisor that tinycore can see at call time (a Python 0, a constant
+    tensor, or a realized tensor holding a 0). PyTorch raises ``RuntimeError: ZeroDivisionError`` here; this is both a
+    ``ZeroDivisionError`` and a ``RuntimeError``, so either ``except`` catches it."""
+
+
 class MultiDeviceError(TinycoreError, ValueError):
     """An operation on sharded tensors that tinycore can't run without resharding (mismatched shardings, a movement
     op that cuts through the sharded axis, an axis too small to split)."""
@@ -124,6 +130,7 @@ __all__ = [
     "DevicePluginError",
     "DevicePluginIncompatibleError",
     "DeviceUnavailableError",
+    "IntegerDivisionByZeroError",
     "JitError",
     "MultiDeviceError",
     "TinycoreError",

@@ -9,7 +9,8 @@ Conventions (PyTorch is the oracle):
 
 - `MAX` (``torch.maximum``): the larger operand gets the gradient; equal operands split it 0.5 / 0.5.
 - `REDUCE_AXIS` MAX (``torch.amax``): the gradient goes to the maximal elements, split evenly among ties.
-- `REDUCE_AXIS` MUL (``torch.prod``): ``grad * prod / x``; exact for non-zero inputs (a zero input gives NaN/inf).
+- `REDUCE_AXIS` MUL (``torch.prod``): ``grad *`` the product of the other elements (``prod / x`` without zeros; with
+  zeros, PyTorch's values: the product of the non-zero elements at a lone zero, else 0).
 - comparisons, `BITCAST`, integer and bool nodes have no gradient; `DETACH` stops it.
 - `TRUNC` (and so floor, ceil, round and sign, which are built on it) has a zero gradient, as in PyTorch.
 - `EXPAND` sums the gradient over the expanded axes; `PAD` and `SHRINK` are each other's inverse; `PERMUTE` applies
@@ -63,9 +64,27 @@ def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None]:
         count = count.expand(x.shape) if count.shape != x.shape else count
         return (up.alu(Ops.MUL, mask).alu(Ops.FDIV, count),)
     if op is Ops.MUL:
-        big = ret.expand(x.shape) if ret.shape != x.shape else ret
-        return (up.alu(Ops.MUL, big).alu(Ops.FDIV, x),)
+        return (up.alu(Ops.MUL, _prod_of_others(ret, x)),)
     return (None,)
+
+
+def _prod_of_others(ret: UOp, x: UOp) -> UOp:
+    """``d prod(x) / d x_i``: the product of the other elements of x_i's group, as PyTorch computes it. With no zero
+    in the group it is ``prod / x_i``; with exactly one zero, the product of the non-zero elements at the zero and 0
+    elsewhere; with two or more zeros, 0 everywhere."""
+    axes = ret.arg[1]
+
+    def back(u: UOp) -> UOp:
+        return u.expand(x.shape) if u.shape != x.shape else u
+
+    zero = x.eq(full_like(x, 0))
+    zeros = back(zero.cast(x.dtype).r(Ops.ADD, axes))
+    nonzero_prod = back(zero.where(full_like(x, 1), x).r(Ops.MUL, axes))
+    no_zero = back(ret).alu(Ops.FDIV, x)
+    one_zero = zero.where(nonzero_prod, full_like(x, 0).alu(Ops.MUL, nonzero_prod))  # 0 * inf is NaN, as in PyTorch
+    return zeros.eq(full_like(zeros, 0)).where(
+        no_zero, zeros.eq(full_like(zeros, 1)).where(one_zero, full_like(x, 0))
+    )
 
 
 def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:

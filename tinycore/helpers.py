@@ -1,7 +1,7 @@
 """Small shared utilities: environment knobs (ContextVars), counters, timing and the cache folder.
 
 Everything global in tinycore is one of the documented ContextVars below or `GlobalCounters`; nothing else keeps
-hidden module-level state that changes behaviour.
+hidden module-level state that changes behaviour. `REALIZE_LOCK` serializes realizing across threads.
 
 >>> with Context(DEBUG=2):
 ...     DEBUG.value
@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, TypeVar
@@ -24,21 +25,81 @@ OSX = sys.platform == "darwin"
 WINDOWS = sys.platform == "win32"
 
 
+_TRUE_WORDS = frozenset({"true", "yes", "on"})
+_FALSE_WORDS = frozenset({"false", "no", "off"})
+
+
+def parse_env(key: str, raw: str | None, default: T) -> T:
+    """`raw`, the text of environment variable `key`, converted to the type of `default` (not cached: see `getenv`).
+
+    Unset (None) or empty/blank text means `default`. An int knob takes a whole number (``" 2 "`` is 2), a float knob
+    any number, a bool knob ``1``/``0`` (any integer: nonzero is True) or true/false, yes/no, on/off; a str knob is
+    returned as given. A value that does not convert raises ValueError naming the variable, the value, the expected
+    type and an example.
+
+    >>> parse_env("BEAM", "2", 0), parse_env("BEAM", "", 0), parse_env("FLAG", "off", True)
+    (2, 0, False)
+    >>> parse_env("BEAM", "abc", 0)
+    Traceback (most recent call last):
+    ValueError: BEAM='abc' is not an integer: set BEAM to a whole number such as BEAM=1, or unset it (default 0)
+    """
+    if raw is None or not raw.strip():
+        return default
+    kind = type(default)
+    text = raw.strip()
+    if kind is bool:
+        word = text.lower()
+        if word in _TRUE_WORDS or word in _FALSE_WORDS:
+            return word in _TRUE_WORDS  # type: ignore[return-value]
+        try:
+            return int(text) != 0  # type: ignore[return-value]
+        except ValueError:
+            raise ValueError(
+                f"{key}={raw!r} is not a boolean: set {key} to 1 or 0 (or true/false, yes/no, on/off), "
+                f"or unset it (default {int(default)})"
+            ) from None
+    if kind is int:
+        try:
+            return int(text)  # type: ignore[return-value]
+        except ValueError:
+            example = default if default else 1
+            raise ValueError(
+                f"{key}={raw!r} is not an integer: set {key} to a whole number such as {key}={example}, "
+                f"or unset it (default {default})"
+            ) from None
+    if kind is float:
+        try:
+            return float(text)  # type: ignore[return-value]
+        except ValueError:
+            example = default if default else 0.5
+            raise ValueError(
+                f"{key}={raw!r} is not a number: set {key} to a number such as {key}={example}, "
+                f"or unset it (default {default})"
+            ) from None
+    try:
+        return kind(raw)  # type: ignore[call-arg]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{key}={raw!r} can't be read as {kind.__name__} ({error}); unset {key} or fix it") from None
+
+
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
     """Read environment variable `key`, converted to the type of `default` (cached: knobs are read once).
 
+    Unset or empty (``DEBUG=``) means `default`; a value that does not convert (``BEAM=abc``) raises a ValueError
+    naming the variable and an example of a valid value (see `parse_env`).
+
     >>> getenv("TINYCORE_SURELY_UNSET", 3)
     3
     """
-    value = os.environ.get(key)
-    if value is None:
-        return default
-    return type(default)(value) if not isinstance(default, bool) else value not in ("", "0", "false", "False")
+    return parse_env(key, os.environ.get(key), default)
 
 
 class ContextVar:
     """A named integer or string knob, initialised from the environment and overridable with `Context`.
+
+    The environment value is read with `getenv`: unset or empty means `default`, and a value that does not convert
+    to `default`'s type makes the definition (usually ``import tinycore``) raise a ValueError naming the variable.
 
     >>> KNOB = ContextVar("TINYCORE_EXAMPLE_KNOB", 1)
     >>> KNOB.value, bool(KNOB), KNOB >= 1
@@ -93,6 +154,13 @@ CAPTURING = ContextVar("CAPTURING", 1)  # 0: realize inside a TinyJit capture is
 FUSE_ROWS = ContextVar("FUSE_ROWS", 1)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)  # 1: internal buffers get memory of their own (no sharing)
 CI = bool(getenv("CI", ""))
+
+# Held (re-entrantly) by `Tensor.realize`, `Tensor.numpy`/`data` (and so `item`/`tolist`) and `TinyJit.__call__`:
+# scheduling a lazy graph points its tensors at output buffers before the kernels filling them run, so two threads
+# realizing one graph (or graphs sharing lazy parts) at once must not interleave. Building graphs needs no lock.
+# Code driving `Tensor.schedule_with_vars` + `tinycore.engine.realize.run_schedule` itself from several threads
+# should hold it around both.
+REALIZE_LOCK = threading.RLock()
 
 
 class Context(contextlib.ContextDecorator):

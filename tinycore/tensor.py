@@ -30,6 +30,7 @@ from tinycore.dtype import (
     least_upper_float,
     sum_acc_dtype,
 )
+from tinycore.engine import live
 from tinycore.engine.multi import MultiDeviceError, gather, multi_uop, shard_uop, to_multi
 from tinycore.engine.schedule import (
     ScheduleItem,
@@ -45,6 +46,7 @@ from tinycore.engine.schedule import (
     schedule_for_chain,
     schedule_for_run,
     schedule_outputs,
+    set_readers_hook,
 )
 from tinycore.frontend import (
     AutogradMixin,
@@ -56,7 +58,8 @@ from tinycore.frontend import (
     ReduceMixin,
 )
 from tinycore.frontend.autograd import _grad_tensors, note_realized
-from tinycore.helpers import all_int, prod
+from tinycore.frontend.reduce import cascade_sum
+from tinycore.helpers import REALIZE_LOCK, all_int, prod
 from tinycore.uop.ops import GroupOp, Ops, UOp, sint
 
 __all__ = ["Tensor"]
@@ -135,6 +138,9 @@ def _scalar_category(value: ConstType) -> int:
     return 0 if isinstance(value, bool) else (1 if isinstance(value, int) else 2)
 
 
+_live_add = live.add
+
+
 def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires_grad: bool | None = None) -> Tensor:
     """A Tensor around `uop` (`shape`, when the caller knows it, saves the UOp's shape inference).
 
@@ -145,6 +151,7 @@ def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires
     t = object.__new__(Tensor)
     t._uop, t._deferred, t.device, t._requires_grad, t.grad = uop, None, device, requires_grad, None
     t._shape = uop.shape if shape is None else shape
+    _live_add(t)
     return t
 
 
@@ -182,7 +189,7 @@ class _DeferredOp:
     same keys as building them at once would give; `node` keeps the built node for ops deferred on top of this one,
     and `extended` says some were (then realize builds the chain, so the realized table serves their graphs)."""
 
-    __slots__ = ("op", "dtype", "source", "operand", "reverse", "chain_id", "leaf", "node", "extended")
+    __slots__ = ("op", "dtype", "source", "operand", "reverse", "chain_id", "leaf", "node", "extended", "__weakref__")
 
     op: Ops
     dtype: DType
@@ -223,8 +230,10 @@ def _build_deferred(deferred: _DeferredOp | _DeferredBuffer) -> UOp:
         source = item.source
         value = source if type(source) is not _DeferredOp else source.node
         node = UOp(item.op, item.dtype, (item.operand, value) if item.reverse else (value, item.operand))
-        note_chain_node(node, item.chain_id, item.leaf)
+        if item.leaf not in _written_leaves:  # else the chain's cached schedule would read the new contents
+            note_chain_node(node, item.chain_id, item.leaf)
         item.node = node
+        _live_add(item)  # a built node reads its leaf: an in-place write into it must compute the node first
     return deferred.node  # type: ignore[return-value]
 
 
@@ -263,6 +272,7 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                         t._uop = _new_uop(UOp, op, _BOOL if bool_result else dtype, srcs)
                         t._deferred, t.device, t._requires_grad = None, self.device, self._requires_grad
                         t.grad, t._shape = None, self._shape
+                        _live_add(t)
                         return t
                     source_id, leaf = key[0], key[1] or source
                 if bool_result:
@@ -281,6 +291,8 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                 deferred.leaf = leaf
                 deferred.node = None
                 deferred.extended = False
+                if type(source) is not _DeferredOp:  # a chain's first op reads the buffer: see `_readers_of`
+                    _live_add(deferred)
                 t = _new_tensor(Tensor)  # its `_uop` slot stays empty until `Tensor.uop` builds the node
                 t._deferred = deferred
                 t.device = self.device
@@ -303,6 +315,7 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                 t = _new_tensor(Tensor)
                 t._uop, t._deferred, t.device, t.grad, t._shape = node, None, self.device, None, self._shape
                 t._requires_grad = _grad_of2(self._requires_grad, y._requires_grad)
+                _live_add(t)
                 return t
         return self._binop_general(op, y, reverse)
 
@@ -386,6 +399,101 @@ def _view_base(u: UOp) -> UOp:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# lazy values read before an in-place write (PyTorch's evaluation order; see `tinycore.engine.live`)
+
+
+_written_leaves: set[UOp] = set()  # leaves of deferred chains that an in-place write changed under them
+
+
+def _readers_of(
+    written: list[Any], roots: Sequence[UOp]
+) -> tuple[list[UOp], Callable[[list[UOp | None]], None]] | None:
+    """The live lazy tensors whose value reads the old contents of the buffers `written` (ASSIGN targets of the
+    schedule being made for `roots`): their uops, to be scheduled with `roots` (reads come before the writes),
+    and a callback that gives each tensor its new uop. A view of a buffer (``b = a[0:2]``) is not a reader: like
+    a PyTorch view, it aliases the buffer and sees the write. Inside a TinyJit capture, readers made before the
+    capture are computed at once, outside it (they are not part of the captured function)."""
+    from tinycore.engine.realize import capture_start
+
+    targets = {b.base for b in written}
+    seen = set(roots)
+    memo: dict[UOp, bool] = {}
+    start = capture_start()
+    found: dict[UOp, list[Any]] = {}
+    outside: list[Tensor] = []
+    for number, t in live.since():
+        if type(t) is _DeferredOp:
+            # a chain's first op, or a built op: its node (built now if need be) is computed before the write, and
+            # the ops deferred on top of it, built later, start from that buffer instead of the chain's leaf
+            if (t.node is None and type(t.source) is _DeferredOp) or not _reads_buffers(
+                t.node if t.node is not None else t.source, targets, memo
+            ):
+                continue
+            _written_leaves.add(t.leaf)
+            u = _build_deferred(t)
+            if u not in found and u not in seen:
+                found[u] = []
+            if u in found:
+                found[u].append(t)
+            continue
+        deferred = t._deferred
+        if deferred is not None or type(t.device) is not str:
+            continue  # computed already (`_DeferredBuffer`), or on a chain whose first op is handled above
+        u = t.uop
+        if u in found:
+            found[u].append(t)
+            continue
+        if u in seen or _view_base(u).op is Ops.BUFFER or not _reads_buffers(u, targets, memo):
+            continue
+        if start is not None and number < start:
+            outside.append(t)
+            seen.add(u)
+        else:
+            found[u] = [t]
+    if outside:
+        from tinycore.helpers import Context
+
+        with Context(CAPTURING=0):
+            Tensor.realize(*outside)
+    if not found:
+        return None
+
+    def deliver(new_uops: list[UOp | None]) -> None:
+        for tensors, new in zip(found.values(), new_uops):
+            if new is None:
+                continue
+            for t in tensors:
+                if type(t) is _DeferredOp:
+                    t.node = new
+                    continue
+                if _grad_tensors.data:
+                    note_realized(t, new)
+                t.uop = new
+
+    return list(found), deliver
+
+
+def _reads_buffers(root: UOp, targets: set[Any], memo: dict[UOp, bool]) -> bool:
+    """True when the graph of `root` has a BUFFER whose `Buffer` (base) is in `targets`."""
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, expanded = stack.pop()
+        if u in memo:
+            continue
+        if u.op is Ops.BUFFER:
+            memo[u] = buffer_of(u).base in targets
+        elif expanded:
+            memo[u] = any(memo[s] for s in u.src)
+        else:
+            stack.append((u, True))
+            stack.extend((s, False) for s in u.src if s not in memo)
+    return memo[root]
+
+
+set_readers_hook(_readers_of)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # arange's index values (see `_iota`)
 
 
@@ -436,12 +544,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
                     raise RuntimeError(f"the UOp lives on {own}, not on {device}")
                 uop, own = to_multi(data.cast(dt) if dt is not None else data)
                 self.uop, self.device, self._shape = uop, own, data.shape
+                _live_add(self)
                 return
             dev = _canonical_device(device if device is not None else own)
             if own is not None and _canonical_device(own) != dev:
                 raise RuntimeError(f"the UOp lives on {own}, not on {dev}; use .to({dev!r})")
             self.uop, self.device = (data.cast(dt) if dt is not None else data), dev
             self._shape = data.shape
+            _live_add(self)
             return
         dev = _canonical_device(device)
         if isinstance(dev, tuple):  # data on several devices: made on the first, then replicated
@@ -487,10 +597,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             return self._uop
         except AttributeError:  # the slot is empty while the value is deferred
             deferred = self._deferred
-            if deferred is None:
-                raise
+            if deferred is None:  # another thread built it meanwhile (`_uop` is set first), or truly empty: raises
+                return self._uop
             uop = self._uop = _build_deferred(deferred)
             self._deferred = None
+            if type(deferred) is _DeferredOp:
+                _live_add(self)
             return uop
 
     @uop.setter
@@ -657,13 +769,21 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         return self.schedule_with_vars(*lst)[0]
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
-        """Compute this tensor (and `lst`) into buffers; returns self. `Tensor.realize(a, b)` realizes both."""
+        """Compute this tensor (and `lst`) into buffers; returns self. `Tensor.realize(a, b)` realizes both.
+
+        Thread-safe: realizes are serialized by `tinycore.helpers.REALIZE_LOCK`, so threads sharing lazy tensors
+        each find the data computed."""
+        with REALIZE_LOCK:
+            return self._realize(lst, do_update_stats)
+
+    def _realize(self, lst: tuple[Tensor, ...], do_update_stats: bool) -> Tensor:
+        """`realize` under the lock."""
         if not lst and type(self.device) is str:  # one tensor on one device: the eager loop's case, fewer steps
             deferred = self._deferred
             if deferred is not None:
                 if type(deferred) is _DeferredBuffer:
                     return self
-                if not deferred.extended and not _grad_tensors.data:
+                if not deferred.extended and not _grad_tensors.data and deferred.leaf not in _written_leaves:
                     # a chain of deferred ops nothing else holds (else it is built below, so the realized table
                     # serves the graphs that hold it), and no autograd history to remember: its cached schedule
                     # runs without building the chain, into a buffer whose uop is made when someone asks
@@ -726,8 +846,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             import numpy as np
 
             return np.zeros(self.shape, dtype=dtypes.to_np(self.dtype))
-        buf, _ = self._buffer_view()
-        return buf.numpy().reshape(self.shape)
+        with REALIZE_LOCK:  # realize and copy out as one step (another thread may be realizing this tensor)
+            buf, _ = self._buffer_view()
+            return buf.numpy().reshape(self.shape)
 
     def tolist(self) -> Any:
         """The value as (nested) Python lists; a 0-d tensor gives a scalar."""
@@ -741,8 +862,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
     def data(self) -> memoryview:
         """The value's bytes, as a memoryview (a copy)."""
-        buf, _ = self._buffer_view()
-        return buf.as_buffer(allow_zero_copy=False)
+        with REALIZE_LOCK:
+            buf, _ = self._buffer_view()
+            return buf.as_buffer(allow_zero_copy=False)
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """This tensor on `device` (self when it is there already; otherwise a lazy COPY). A sharded tensor moved to
@@ -1235,30 +1357,56 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, acc_dtype: Any = None) -> Tensor:
-        """Sum over `axis` (all by default). Accumulates in `sum_acc_dtype` (ints widen to int32); half and
-        bfloat16 results are cast back."""
+        """Sum over `axis` (all by default). Accumulates in `sum_acc_dtype` like PyTorch (bool and ints give int64;
+        half and bfloat16 add in float32 and are cast back, so an fp16 total above 65504 is inf); `acc_dtype`
+        overrides it (and the result keeps that dtype). Float sums of more than 2**19 elements per output are split
+        into stages (`tinycore.frontend.reduce.cascade_sum`) so they stay accurate."""
         acc = _to_dtype(acc_dtype) if acc_dtype is not None else sum_acc_dtype(self.dtype)
-        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        ret = cascade_sum(self.cast(acc), axis, keepdim)
         if acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16):
             ret = ret.cast(self.dtype)
         return ret
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Arithmetic mean over `axis` (a float result)."""
+        """Arithmetic mean over `axis` (a float result; integers give the default float). Like PyTorch, float16 and
+        bfloat16 are summed and divided in float32 before the cast back, so ``ones(70000, dtype=half).mean()`` is 1."""
         n = prod(self.shape[i] for i in self._reduce_axes(axis))
-        total = self.sum(axis, keepdim)
-        return total.cast(least_upper_float(total.dtype)) * (1 / n if n else math.nan)
+        out = least_upper_float(self.dtype)
+        scale = 1 / n if n else math.nan
+        if out in (dtypes.float16, dtypes.bfloat16):
+            return (self.sum(axis, keepdim, acc_dtype=dtypes.float32) * scale).cast(out)
+        return self.sum(axis, keepdim).cast(out) * scale
 
     def softmax(self, axis: int = -1) -> Tensor:
         """exp(x - max) / sum(exp(x - max)) along `axis` (one kernel on devices that fuse row reduces, else three
         at most). Like PyTorch's CPU kernel, each row is scaled by the reciprocal of its sum (a multiply per element,
-        not a division)."""
-        x = self.cast(least_upper_float(self.dtype))
+        not a division). Half-precision input is computed in float32 (as PyTorch accumulates) and cast back; an
+        empty axis gives an empty result."""
+        x, out_dtype = self._softmax_input(axis)
+        if x.ndim == 0:
+            return x.reshape(1).softmax(0).reshape(()).cast(out_dtype)
+        if x.shape[axis] == 0:
+            return x.cast(out_dtype)
         e = (x - x.max(axis, keepdim=True).detach()).exp()  # shift-invariant: the max needs no gradient
-        return e * e.sum(axis, keepdim=True).reciprocal()
+        return (e * e.sum(axis, keepdim=True).reciprocal()).cast(out_dtype)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
-        """log(softmax(x)) computed stably."""
-        x = self.cast(least_upper_float(self.dtype))
+        """log(softmax(x)) computed stably (half precision in float32, like `softmax`; an empty axis: empty)."""
+        x, out_dtype = self._softmax_input(axis)
+        if x.ndim == 0:
+            return x.reshape(1).log_softmax(0).reshape(()).cast(out_dtype)
+        if x.shape[axis] == 0:
+            return x.cast(out_dtype)
         shifted = x - x.max(axis, keepdim=True).detach()  # shift-invariant: the max needs no gradient
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        return (shifted - shifted.exp().sum(axis, keepdim=True).log()).cast(out_dtype)
+
+    def _softmax_input(self, axis: int) -> tuple[Tensor, DType]:
+        """The value softmax works on (float32 for half input) and the result's dtype; checks `axis`."""
+        out_dtype = least_upper_float(self.dtype)
+        if not -max(self.ndim, 1) <= axis < max(self.ndim, 1):
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-max(self.ndim, 1)}, {max(self.ndim, 1) - 1}], "
+                f"but got {axis})"
+            )
+        work = dtypes.float32 if out_dtype in (dtypes.float16, dtypes.bfloat16) else out_dtype
+        return self.cast(work), out_dtype

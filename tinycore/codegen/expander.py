@@ -722,6 +722,13 @@ def _gep_of_broadcast_alu(g: UOp, x: UOp) -> UOp | None:
     return x.replace(dtype=x.dtype.scalar(), src=tuple(_gep(s, g.arg) for s in x.src))
 
 
+def _after_of_group(a: UOp) -> UOp | None:
+    """AFTER(buf, GROUP(stores)) -> AFTER(buf, *stores): a fully unrolled loop's END leaves its stores' GROUP."""
+    if not any(s.op is Ops.GROUP for s in a.src[1:]):
+        return None
+    return a.replace(src=(a.src[0], *_flatten_effects(a.src[1:])))
+
+
 pm_vector_cleanup = PatternMatcher(
     [
         (UPat(Ops.GEP, src=(UPat(Ops.GEP, name="inner"),), name="outer"), _gep_gep),
@@ -730,6 +737,7 @@ pm_vector_cleanup = PatternMatcher(
         (UPat(Ops.GEP, name="g"), _gep_identity),
         (UPat(Ops.VECTORIZE, name="v"), _vectorize_fold),
         (UPat(Ops.GEP, src=(UPat(GroupOp.ALU, name="x"),), name="g"), _gep_of_broadcast_alu),
+        (UPat(Ops.AFTER, name="a"), _after_of_group),
     ],
     name="vector_cleanup",
 )

@@ -42,6 +42,9 @@ Decisions:
   Writing into an *input argument* is a `JitError`: the next call would pass a different buffer.
 - **Errors**: nested TinyJit (a TinyJit called while another captures), a function that launched no kernel,
   non-Tensor return values, changed inputs, reading a tensor's data inside the capture call.
+- **Threads**: each call holds `tinycore.helpers.REALIZE_LOCK` (as `Tensor.realize` does), so TinyJits called from
+  several threads run one call at a time; a jitted function must not wait for another thread that realizes.
+  Returned tensors are the JIT's own buffers, overwritten by the next call from any thread.
 - ``JIT=0`` runs the function eagerly on every call.
 
 >>> from tinycore import Tensor, TinyJit
@@ -69,7 +72,7 @@ from tinycore.engine.multi import multi_uop
 from tinycore.engine.realize import capture_exec_items
 from tinycore.engine.schedule import buffer_of, buffer_written, new_buffer_uop
 from tinycore.errors import JitError
-from tinycore.helpers import JIT, ContextVar, GlobalCounters
+from tinycore.helpers import JIT, REALIZE_LOCK, ContextVar, GlobalCounters
 from tinycore.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["CapturedJit", "TinyJit", "jit_stats"]
@@ -918,6 +921,12 @@ class TinyJit(Generic[ReturnType]):
         return TinyJit, (self.fn, self.captured, self.prune)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+        # one call at a time process-wide (`REALIZE_LOCK`, re-entrant: the function's own realizes nest): a capture
+        # records every realize and leaves buffers unfilled until it ends, and replays share the scheduler's tables
+        with REALIZE_LOCK:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReturnType:
         if _capturing:
             raise JitError(
                 f"TinyJit {self._name()} was called while TinyJit {_capturing[-1]._name()} is capturing: nested "

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tinycore.engine import live
 from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem, Runner, build_kernel_runners
 from tinycore.engine.schedule import ScheduleItem
 from tinycore.helpers import CAPTURING, DEBUG, GlobalCounters
@@ -37,6 +38,7 @@ __all__ = [
     "capture_exec_items",
     "clear_runner_cache",
     "get_kernel_runner",
+    "capture_start",
     "is_capturing",
     "lower_schedule",
     "lower_schedule_item",
@@ -220,6 +222,7 @@ def lower_schedule(schedule: Sequence[ScheduleItem], var_vals: dict[str, int] | 
 
 
 _captures: list[tuple[Callable[[ExecItem], Any], bool]] = []
+_capture_marks: list[int] = []  # `tinycore.engine.live.mark()` at the start of each active capture
 
 
 @contextlib.contextmanager
@@ -232,15 +235,23 @@ def capture_exec_items(callback: Callable[[ExecItem], Any], run: bool = True) ->
     ...     pass
     """
     _captures.append((callback, run))
+    _capture_marks.append(live.mark())
     try:
         yield
     finally:
         _captures.pop()
+        _capture_marks.pop()
 
 
 def is_capturing() -> bool:
     """True inside `capture_exec_items` (and ``CAPTURING`` is on)."""
     return bool(_captures) and bool(CAPTURING)
+
+
+def capture_start() -> int | None:
+    """The `tinycore.engine.live` number at the start of the innermost active capture (None when not capturing):
+    tensors numbered below it were made outside the captured function."""
+    return _capture_marks[-1] if _captures and CAPTURING else None
 
 
 def run_schedule(

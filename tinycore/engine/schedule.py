@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -638,6 +638,19 @@ def schedule_outputs(roots: Sequence[UOp]) -> tuple[list[ScheduleItem], dict[str
     return entry.items_on(bufs), walk.var_vals, new_uops
 
 
+ReadersHook = Callable[[list[Buffer], Sequence[UOp]], "tuple[list[UOp], Callable[[list[UOp | None]], None]] | None"]
+_readers_hook: ReadersHook | None = None
+
+
+def set_readers_hook(hook: ReadersHook | None) -> None:
+    """Install the function that `schedule_for_run` asks, when a schedule writes buffers (ASSIGN), for the lazy values
+    elsewhere that read those buffers' old contents: ``hook(written_buffers, roots)`` returns None, or the values'
+    uops and a callback that receives their new uops (buffer views) once they are scheduled with `roots`. The
+    scheduler orders every read of a buffer before the write into it, so those values see the old contents."""
+    global _readers_hook
+    _readers_hook = hook
+
+
 def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer], list[UOp | None]]:
     """`schedule_outputs` for the realize engine, without `ScheduleItem`s: the cached schedule, the walk (its
     `var_vals`), the buffer of every slot and the new uop of every root (roots on one device each: no `MULTI`).
@@ -660,6 +673,13 @@ def schedule_for_run(roots: Sequence[UOp]) -> tuple[_Entry, _Walk, list[Buffer],
                 if len(_eager_entries) >= SCHEDULE_CACHE_LIMIT:
                     _eager_entries.clear()
                 _eager_entries[chain[0]] = entry
+    if entry.written_inputs and _readers_hook is not None:
+        readers = _readers_hook([walk.in_bufs[slot] for slot in entry.written_inputs], roots)
+        if readers is not None:  # lazy values of the old contents: computed in this schedule, before the writes
+            extra, deliver = readers
+            entry, walk, bufs, new_uops = schedule_for_run((*roots, *extra))
+            deliver(new_uops[len(roots) :])
+            return entry, walk, bufs, new_uops[: len(roots)]
     bufs = entry.buffers(walk)
     new_uops = entry.output_uops(walk, bufs)
     written = entry.written_inputs
@@ -992,7 +1012,12 @@ class _Scheduler:
         memory once; its later passes over the row hit the cache."""
         out: set[UOp] = set()
         limits: dict[Any, int] = {}
+        # passes[u]: the longest chain of row reduces that computing u in one kernel runs one after the other
+        passes: dict[UOp, int] = {}
         for u in self.topo:
+            passes[u] = max((passes[s] for s in u.src if s not in self.points), default=0)
+            if u.op is Ops.REDUCE_AXIS:
+                passes[u] = 0  # set below when it stays fused; any other reduce becomes its own kernel
             if u.op is not Ops.REDUCE_AXIS or not u.src[0].shape:
                 continue
             shape = u.src[0].shape
@@ -1005,18 +1030,27 @@ class _Scheduler:
             if shape[last] * max(u.dtype.itemsize, u.src[0].dtype.itemsize) > limits[device]:
                 continue
             # the result may pass through reshapes and row-sized elementwise ops (``log(sum)``, ``rsqrt(var +
-            # eps)``) but must end broadcast back over the rows it reduced
+            # eps)``) but must end broadcast back over the rows it reduced: the EXPAND goes from the reduce's own
+            # shape (reshapes between are then the identity) to its input's. A broadcast along another axis that
+            # only happens to give the same shape (``(h @ w) @ w2`` with square matrices) would recompute the
+            # whole reduce for every element it adds: cost growing with the depth of the graph.
             ok, stack, row_elems = True, list(self.consumers[u]), prod(u.shape)
             while stack and ok:
                 c = stack.pop()
                 if c.op is Ops.RESHAPE or (c.op in GroupOp.Elementwise and prod(c.shape) == row_elems):
                     stack.extend(self.consumers[c])
                 elif c.op is Ops.EXPAND:
-                    ok = tuple(c.arg) == tuple(shape)
+                    ok = tuple(c.arg) == tuple(shape) and tuple(c.src[0].shape) == tuple(u.shape)
                 else:
                     ok = False
             if ok and self.consumers[u]:
                 out.add(u)
+                passes[u] = passes[u.src[0]] + 1
+                if passes[u] > _MAX_ROW_PASSES:
+                    # a stack of row functions (softmax of a softmax...): each later pass would recompute every
+                    # layer before it, cost quadratic in depth. The value the reduce reads is realized instead.
+                    self._mark(_view_base(u.src[0]))
+                    passes[u] = 1
         return out
 
     def _mark_broadcast_into_reduce(self) -> None:
@@ -1356,6 +1390,7 @@ _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE
 # a value broadcast into a reduce is realized when its per-element cost is above this (see
 # `_Scheduler._mark_broadcast_into_reduce`); transcendentals and divisions count `_EXPENSIVE_COST` each
 _RECOMPUTE_LIMIT = 3
+_MAX_ROW_PASSES = 2  # row reduces chained in one kernel: softmax (max, then sum of exp) and layernorm need two
 _EXPENSIVE_COST = 4
 _EXPENSIVE_ALU = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
 

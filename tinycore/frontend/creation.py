@@ -245,7 +245,7 @@ class CreationMixin:
             cdf = w.cumsum(1)
             cdf = cdf / cdf.shrink(((0, rows), (cats - 1, cats)))
             u = T.rand(rows, num_samples, 1, device=self.device)
-            out = (u >= cdf.reshape(rows, 1, cats)).cast(dtypes.int32).sum(2).minimum(cats - 1)
+            out = (u >= cdf.reshape(rows, 1, cats)).sum(2, acc_dtype=dtypes.int32).minimum(cats - 1)
         else:
             u = T.rand(rows, cats, device=self.device)
             race = -(1 - u).log() / w  # zero weight -> inf: never picked before a positive one

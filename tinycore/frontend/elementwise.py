@@ -15,16 +15,29 @@ nodes): ``atan`` on ``[0, tan(pi/8)]`` after range reduction, ``erf`` on ``[0, 1
 
 Integer division follows PyTorch: ``//`` floors (``-7 // 2 == -4``), ``%`` takes the divisor's sign
 (``torch.remainder``), `idiv` truncates toward zero (C, ``torch.div(rounding_mode="trunc")``).
+
+Integer division by zero raises, like PyTorch (``RuntimeError: ZeroDivisionError``), wherever the zero can be seen
+at call time without computing anything: ``//``, ``%`` and `idiv` raise `tinycore.errors.IntegerDivisionByZeroError`
+(both a ZeroDivisionError and a RuntimeError) when the divisor is a Python 0, a constant tensor of 0 (`zeros`,
+`full(..., 0)`, a broadcast of one), or a realized tensor (data already on the device, e.g. ``Tensor([0, 1])``)
+holding a 0; the last is read back at call time (up to 2**20 elements; larger ones are tested with an ``any``
+reduction on their device). A lazy divisor, the result of ops not yet computed, is not checked, since that would
+force it to be computed at once and break fusion; neither is one inside a TinyJit capture or replay (the check
+reads data). There the IR's convention applies: ``x // 0`` and ``x % 0`` give 0. Mask such divisors first, e.g.
+``a // (b != 0).where(b, 1)``. Float division by zero keeps IEEE inf/NaN like PyTorch (``1 / 0.0 == inf``,
+``x // 0.0`` floors the inf, ``x % 0.0`` is NaN).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes, least_upper_float
-from tinycore.uop.ops import Ops
+from tinycore.helpers import all_int
+from tinycore.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from tinycore.tensor import Tensor
@@ -58,6 +71,69 @@ def _poly(x: Tensor, coeffs: Sequence[float]) -> Tensor:
     for c in reversed(coeffs[:-1]):
         acc = acc * x + c
     return acc
+
+
+_CHECK_ON_HOST = 1 << 20  # realized divisors up to this many elements are read back whole to look for a zero
+
+
+def _constant_value(u: UOp) -> Any:
+    """The value of every element of `u` when it is a constant seen through movement ops that keep all elements
+    equal to it (and widening integer casts), else None. A PAD brings in zeros, so it ends the search."""
+    while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP) or (
+        u.op is Ops.CAST and not dtypes.is_float(u.src[0].dtype) and u.src[0].dtype.itemsize <= u.dtype.itemsize
+    ):
+        u = u.src[0]
+    return u.arg if u.op is Ops.CONST and isinstance(u.arg, (bool, int)) else None
+
+
+def _check_divisor(name: str, divisor: Any) -> None:
+    """Raise `IntegerDivisionByZeroError` when the divisor of an integer division is 0 where that can be seen now
+    (see the module notes): a Python 0, a constant tensor of 0, or a realized tensor holding a 0 (read back when it
+    has at most `_CHECK_ON_HOST` elements, else tested with an ``any`` reduction on its device). Lazy divisors
+    (values not computed yet) and divisors inside a TinyJit capture are not checked: there a zero gives 0."""
+    from tinycore.errors import IntegerDivisionByZeroError
+
+    safe = "(b != 0).where(b, 1)"
+    example = f"a.idiv({safe})" if name == "idiv" else f"a {'%' if name.startswith('remainder') else '//'} {safe}"
+    fix = f"; mask the zeros first, e.g. ``{example}``, or divide as floats (``a / b`` gives inf/nan like PyTorch)"
+    if not isinstance(divisor, _tensor_cls()):
+        if isinstance(divisor, (bool, int)) and divisor == 0:
+            raise IntegerDivisionByZeroError(f"integer {name} by zero: the divisor is the scalar {divisor!r}{fix}")
+        return
+    if divisor.numel() == 0 or not all_int(divisor.shape):
+        return
+    deferred = divisor._deferred
+    if deferred is not None and type(deferred) is not _deferred_buffer_cls():
+        return  # a lazy chain of ops: not computed yet
+    u = divisor.uop if isinstance(divisor.device, str) else None
+    if u is None:
+        return  # sharded over several devices: not checked
+    value = _constant_value(u)
+    if value is not None:
+        if value == 0:
+            raise IntegerDivisionByZeroError(f"integer {name} by zero: the divisor is a constant 0 tensor{fix}")
+        return
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    if u.op is not Ops.BUFFER or _capturing():
+        return  # lazy, or inside a TinyJit capture (data read there would be frozen into the replay)
+    if divisor.numel() <= _CHECK_ON_HOST:
+        has_zero = not divisor.numpy().all()
+    else:
+        has_zero = bool((divisor == 0).any().item())
+    if has_zero:
+        raise IntegerDivisionByZeroError(f"integer {name} by zero: the divisor tensor holds a 0{fix}")
+
+
+def _deferred_buffer_cls() -> type:
+    from tinycore.tensor import _DeferredBuffer
+
+    return _DeferredBuffer
+
+
+def _capturing() -> bool:
+    realize = sys.modules.get("tinycore.engine.realize")
+    return realize is not None and realize.is_capturing()
 
 
 def _int_bits(dtype: DType) -> DType:
@@ -254,6 +330,7 @@ class ElementwiseMixin:
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
             raise TypeError(f"idiv needs integer tensors, got {a.dtype}; use // or div(...).trunc() for floats")
+        _check_divisor("idiv", self if reverse else x)
         return a._binop(Ops.IDIV, b)
 
     def __floordiv__(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
@@ -268,6 +345,7 @@ class ElementwiseMixin:
             return (a / b).floor()
         if a.dtype == dtypes.bool:
             raise TypeError("floor division of bool tensors is not supported")
+        _check_divisor("floor division (//)", self if reverse else x)
         q = a._binop(Ops.IDIV, b)
         r = a._binop(Ops.MOD, b)
         fix = (r != 0) & ((r < 0) != (b < 0))
@@ -284,6 +362,7 @@ class ElementwiseMixin:
             return a - (a / b).floor() * b
         if a.dtype == dtypes.bool:
             raise TypeError("remainder of bool tensors is not supported")
+        _check_divisor("remainder (%)", self if reverse else x)
         r = a._binop(Ops.MOD, b)
         fix = (r != 0) & ((r < 0) != (b < 0))
         return fix.where(r + b, r)

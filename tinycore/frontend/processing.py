@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.device import renderer_setting
-from tinycore.dtype import dtypes, least_upper_float
+from tinycore.dtype import dtypes, least_upper_float, narrow_acc_dtype
 from tinycore.helpers import prod
 from tinycore.uop.ops import GroupOp, Ops
 
@@ -317,15 +317,16 @@ class ProcessingMixin:
                     f"matmul: batch dimensions of shapes {list(x.shape)} and {list(w.shape)} do not broadcast"
                 ) from error
         out_dtype = x.dtype if x.dtype == w.dtype else least_upper_dtype(x.dtype, w.dtype)
+        acc = narrow_acc_dtype(out_dtype)  # int32 accumulation for ints: their result is cast back anyway
         if n2 == 1:
-            ret = (x * w).sum(-1)
+            ret = (x * w).sum(-1, acc_dtype=acc)
         elif n1 == 1:
-            ret = (x.reshape(k, 1) * w).sum(-2)
+            ret = (x.reshape(k, 1) * w).sum(-2, acc_dtype=acc)
         else:
             w = _packed_right_operand(w, prod(x.shape[:-1]))
             xs = x.reshape(*x.shape[:-1], 1, k)
             ws = w.transpose(-1, -2).reshape(*w.shape[:-2], 1, w.shape[-1], k)
-            ret = (xs * ws).sum(-1)
+            ret = (xs * ws).sum(-1, acc_dtype=acc)
         ret = ret.cast(out_dtype)
         return ret.cast(dtype) if dtype is not None else ret
 
@@ -432,7 +433,7 @@ class ProcessingMixin:
         summed = tuple(range(len(rhs), len(letters)))
         if summed:
             out_dtype = result.dtype
-            result = result.sum(summed)
+            result = result.sum(summed, acc_dtype=narrow_acc_dtype(out_dtype))
             result = result.cast(out_dtype)
         return result
 
@@ -501,8 +502,10 @@ class ProcessingMixin:
         win = win.permute(0, 1, *range(3, 3 + m), 2, *range(3 + m, 3 + 2 * m))
         win = win.reshape(bs, groups, 1, *out_sp, cin_g, *kernel)
         w = weight.reshape(1, groups, rcout, *((1,) * m), cin_g, *kernel)
-        out_dtype = x.dtype if x.dtype == weight.dtype else (win * w).dtype
-        ret = (win * w).sum(tuple(range(3 + m, 4 + 2 * m))).cast(out_dtype).reshape(bs, cout, *out_sp)
+        prods = win * w
+        out_dtype = x.dtype if x.dtype == weight.dtype else prods.dtype
+        ret = prods.sum(tuple(range(3 + m, 4 + 2 * m)), acc_dtype=narrow_acc_dtype(prods.dtype))
+        ret = ret.cast(out_dtype).reshape(bs, cout, *out_sp)
         if bias is not None:
             ret = ret + bias.reshape(1, cout, *((1,) * m))
         return ret.reshape(*ret.shape[1:]) if unbatched else ret
@@ -722,7 +725,7 @@ class ProcessingMixin:
         first = hot.where(pos, n_in).min(nb, keepdim=True)
         primary = hot & (pos == first)
         contrib = primary.where(vals, hot.where(vals - vals.detach(), 0.0))
-        return contrib.sum(nb).cast(self.dtype).reshape(*lead, *out_sp)
+        return contrib.sum(nb, acc_dtype=narrow_acc_dtype(contrib.dtype)).cast(self.dtype).reshape(*lead, *out_sp)
 
     def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the last ``len(size)`` dims like `F.interpolate`: ``mode`` is ``'nearest'``, ``'nearest-exact'``

@@ -24,11 +24,14 @@ device later raises the matching :mod:`tinycore.errors` exception with the origi
 
 from __future__ import annotations
 
+import functools
 import importlib
+import math
 import os
 import re
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +48,7 @@ from tinycore.errors import (
     DevicePluginIncompatibleError,
     DeviceUnavailableError,
 )
-from tinycore.helpers import DEBUG
+from tinycore.helpers import DEBUG, parse_env
 from tinycore.plugin.hookspecs import (
     ENTRY_POINT_GROUP,
     PLUGIN_API_VERSION,
@@ -421,7 +424,46 @@ def _env_names(var: str) -> set[str] | None:
 
 
 def _strict() -> bool:
-    return os.environ.get("TINYCORE_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "False")
+    return parse_env("TINYCORE_STRICT_PLUGINS", os.environ.get("TINYCORE_STRICT_PLUGINS"), False)
+
+
+PROBE_TIMEOUT_ENV = "TINYCORE_PROBE_TIMEOUT"
+DEFAULT_PROBE_TIMEOUT = 10.0  # seconds a probe may take before its device is recorded unavailable
+PROBE_PROGRESS_AFTER = 1.5  # seconds of waiting on a probe before "waiting for the probe of X ..." is printed
+
+
+def probe_timeout() -> float:
+    """Seconds a device probe may run: ``TINYCORE_PROBE_TIMEOUT`` (a positive number) or 10. Read on every probe.
+
+    >>> probe_timeout() > 0
+    True
+    """
+    raw = os.environ.get(PROBE_TIMEOUT_ENV)
+    value = parse_env(PROBE_TIMEOUT_ENV, raw, DEFAULT_PROBE_TIMEOUT)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{PROBE_TIMEOUT_ENV}={raw!r} is not a positive number of seconds: set it to e.g. "
+            f"{PROBE_TIMEOUT_ENV}=30, or unset it (default {DEFAULT_PROBE_TIMEOUT:g})"
+        )
+    return value
+
+
+class _ProbeRun:
+    """One probe running in its own daemon thread (a probe that never returns must not block its caller)."""
+
+    def __init__(self, call: Callable[[], Any], family: str) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+        self.announced = False  # the "waiting for the probe" line was printed
+        self.thread = threading.Thread(target=self._run, args=(call,), name=f"tinycore-probe-{family}", daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self.result = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            self.error = exc
 
 
 class PluginManager:
@@ -445,6 +487,8 @@ class PluginManager:
         self._loaded = self._loading = False
         self._strict_error: DeviceError | None = None
         self._lock = threading.RLock()
+        self._probing: dict[str, _ProbeRun] = {}  # probes running now, shared by concurrent callers
+        self._probe_timeouts: dict[str, DevicePluginError] = {}  # families whose probe hung (raised in strict mode)
 
     # -- discovery -------------------------------------------------------------------------------------------------
 
@@ -814,19 +858,64 @@ class PluginManager:
     # -- probing, opening, the default device -----------------------------------------------------------------------
 
     def probe(self, family: str) -> ProbeResult:
-        """The (cached) probe result of ``family``. Never raises for a registered family (except in strict mode)."""
+        """The (cached) probe result of ``family``. Never raises for a registered family (except in strict mode).
+
+        The probe runs in a daemon thread for at most ``TINYCORE_PROBE_TIMEOUT`` seconds (default 10); one that does
+        not return by then leaves its device unavailable with that reason (and a RuntimeWarning, once), and under
+        ``TINYCORE_STRICT_PLUGINS=1`` raises DevicePluginError. Concurrent callers share one probe run.
+        """
         entry = self.device_entry(family)
-        if entry.probe is None:
-            entry.probe = self._run_probe(entry)
-            self._update_state_after_probe(entry.record)
-        return entry.probe
+        result = entry.probe
+        if result is None:
+            result = self._run_probe(entry)
+            with self._lock:
+                if entry.probe is None:  # the first finisher's answer is the one kept
+                    entry.probe = result
+                    self._update_state_after_probe(entry.record)
+                result = entry.probe
+        hung = self._probe_timeouts.get(entry.name)
+        if hung is not None and _strict():
+            raise hung
+        return result
+
+    def _wait_for_probe(self, entry: DeviceEntry, limit: float) -> tuple[bool, Any, BaseException | None]:
+        """Run (or join the running) probe of ``entry`` for at most ``limit`` seconds since it started:
+        ``(finished, result, exception)``."""
+        rec = entry.record
+        with self._lock:
+            run = self._probing.get(entry.name)
+            if run is None:
+                call = functools.partial(self._call_plugin, rec, "tinycore_probe_device", name=entry.name)
+                run = self._probing[entry.name] = _ProbeRun(call, entry.name)
+        deadline = run.started + limit
+        run.thread.join(max(min(deadline, run.started + PROBE_PROGRESS_AFTER) - time.monotonic(), 0.0))
+        if run.thread.is_alive() and time.monotonic() < deadline:
+            if not run.announced:
+                run.announced = True
+                print(
+                    f"tinycore: waiting for the probe of {entry.name} ({rec.label}) ... (gives up after {limit:g} s; "
+                    f"{PROBE_TIMEOUT_ENV} sets the limit)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            run.thread.join(max(deadline - time.monotonic(), 0.0))
+        with self._lock:
+            if self._probing.get(entry.name) is run:
+                del self._probing[entry.name]
+        if run.thread.is_alive():
+            return False, None, None
+        return True, run.result, run.error
 
     def _run_probe(self, entry: DeviceEntry) -> ProbeResult:
         rec = entry.record
         report = f"report this to the maintainers of {rec.distribution or rec.module}"
-        try:
-            result = self._call_plugin(rec, "tinycore_probe_device", name=entry.name)
-        except Exception as exc:
+        limit = probe_timeout()
+        finished, result, exc = self._wait_for_probe(entry, limit)
+        if not finished:
+            return self._probe_timed_out(entry, limit)
+        if exc is not None and not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not the plugin's answer
+            raise exc
+        if exc is not None:
             if _strict():
                 raise DevicePluginError(
                     f"the probe of {entry.name} raised {type(exc).__name__}: {exc}",
@@ -841,6 +930,33 @@ class PluginManager:
         if not isinstance(getattr(result, "ok", None), bool):
             return ProbeResult(ok=False, reason=f"the probe returned {result!r}, not a ProbeResult", hint=report)
         return result
+
+    def _probe_timed_out(self, entry: DeviceEntry, limit: float) -> ProbeResult:
+        """The unavailable result of a probe that did not return within ``limit`` s (warned about once per manager)."""
+        rec = entry.record
+        reason = f"the probe of {entry.name} did not return within {limit:g} s"
+        hint = (
+            f"raise the limit ({PROBE_TIMEOUT_ENV}={max(limit * 3, 30):g}), or disable the plugin "
+            f"(TINYCORE_DISABLE_PLUGINS={rec.name}); report the hang to the maintainers of "
+            f"{rec.distribution or rec.module}"
+        )
+        error = DevicePluginError(
+            reason,
+            device=entry.name,
+            distribution=rec.distribution,
+            version=rec.version,
+            state=PluginState.UNAVAILABLE.value,
+            fix=hint,
+        )
+        with self._lock:
+            first = self._probe_timeouts.setdefault(entry.name, error) is error
+        if first:
+            warnings.warn(
+                f"tinycore: {reason} ({rec.label}); {entry.name} is unavailable. Fix: {hint}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return ProbeResult(ok=False, reason=reason, hint=hint, device_count=0)
 
     def _update_state_after_probe(self, rec: PluginRecord) -> None:
         if rec.state not in _LOADED_STATES:

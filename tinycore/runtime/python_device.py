@@ -105,7 +105,14 @@ def _native_ops() -> frozenset[str]:
         return ALL_NATIVE_OPS
     if choice.lower() == "basic":
         return BASIC_NATIVE_OPS
-    return frozenset(name.strip().upper() for name in choice.split(",") if name.strip())
+    names = frozenset(name.strip().upper() for name in choice.split(",") if name.strip())
+    unknown = sorted(names - ALL_NATIVE_OPS)
+    if unknown:
+        raise ValueError(
+            f"PYTHON_NATIVE_OPS={choice!r} names unknown ops {', '.join(unknown)}: set it to all, basic or a "
+            f"comma-separated list of {', '.join(sorted(ALL_NATIVE_OPS))} (e.g. PYTHON_NATIVE_OPS=ADD,MUL), or unset it"
+        )
+    return names
 
 
 # Tensor cores the interpreter emulates (for testing WMMA code generation): 4 lanes compute a 4x4x4 product.

@@ -453,7 +453,8 @@ def test_matmul_tail_accumulators_are_read_through_a_barrier(run_uops_c):
         out = np.zeros(out_size, np.float32)
         return src, run_uops_c.launch(src, lib, [out, *inputs], global_size=program.global_size)[0]
 
-    m, k, n, panel = 64, 8, 42, 16
+    panel = run_uops_c.device.renderer.gemm_panel_bytes // 4  # the host's: 16 floats on AVX2, 32 on AVX-512
+    m, k, n = 64, 8, 2 * panel + 10
     wide = -(-n // panel) * panel
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = np.zeros((k, wide), np.float32)
@@ -462,7 +463,8 @@ def test_matmul_tail_accumulators_are_read_through_a_barrier(run_uops_c):
     src, got = run(_matmul_ast(m, k, n, panel), m * n, [a, panels])
     assert '__asm__ volatile("" : : "r"(' in src
     np.testing.assert_allclose(got.reshape(m, n), a @ b[:, :n], rtol=1e-4, atol=1e-4)
-    b64 = RNG.standard_normal((k, 64)).astype(np.float32)
-    src, got = run(_matmul_ast(m, k, 64), m * 64, [a, b64])
+    full = 4 * panel
+    b_full = RNG.standard_normal((k, full)).astype(np.float32)
+    src, got = run(_matmul_ast(m, k, full), m * full, [a, b_full])
     assert "__asm__" not in src
-    np.testing.assert_allclose(got.reshape(m, 64), a @ b64, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.reshape(m, full), a @ b_full, rtol=1e-4, atol=1e-4)

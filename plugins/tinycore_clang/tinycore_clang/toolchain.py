@@ -218,13 +218,20 @@ def cpu_count() -> int:
 
 
 def default_thread_count() -> int:
-    """``THREADS`` from the environment when set (>= 1), else `cpu_count`."""
-    raw = os.environ.get("THREADS", "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value >= 1:
-            return value
-    return cpu_count()
+    """``THREADS`` from the environment when set (>= 1), else `cpu_count` (also for ``THREADS=0`` or empty).
+
+    Anything else (``THREADS=abc``, ``THREADS=-1``) raises a ValueError naming the variable and a valid example.
+    """
+    from tinycore.helpers import parse_env  # here: this module stays standard-library only at import
+
+    raw = os.environ.get("THREADS")
+    try:
+        value = parse_env("THREADS", raw, 0)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(
+            f"THREADS={raw!r} is not a thread count: set THREADS to a whole number such as THREADS=4, or unset it "
+            "(then the CPU count is used)"
+        )
+    return value if value >= 1 else cpu_count()

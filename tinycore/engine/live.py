@@ -1,0 +1,59 @@
+"""Live tensors: weak references to every tensor an op made, numbered in creation order.
+
+An in-place write (`Tensor.assign`) must not change a lazy value that was defined before it: with PyTorch's
+semantics ``s = a.sum(); a.assign(a * 10); s.item()`` reads the sum of the old contents. When a schedule writes a
+buffer, the scheduler asks `tinycore.tensor` for the live lazy tensors that read it (`schedule.set_readers_hook`),
+which walks this registry, and computes them in the same schedule, before the write.
+
+The registry is a dict ``{number: weakref}``; dead references are dropped in batches (amortized O(1) per tensor).
+A TinyJit capture notes the number at its start (`mark`), so the readers that existed before the capture are
+computed outside it (they are not part of the function being captured).
+
+>>> class T: pass
+>>> t = T(); m = mark(); add(t); [x is t for _, x in since(m)]
+[True]
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["add", "mark", "since"]
+
+_refs: dict[int, weakref.ref] = {}
+_counter = itertools.count()
+_next = _counter.__next__
+_compact_at = [4096]
+_ref = weakref.ref
+
+
+def add(obj: Any) -> None:
+    """Register `obj` (weakly); called for every tensor an op makes, so it is kept to a few dict operations."""
+    n = _next()
+    _refs[n] = _ref(obj)
+    if n >= _compact_at[0]:
+        _compact(n)
+
+
+def _compact(n: int) -> None:
+    dead = [k for k, r in _refs.items() if r() is None]
+    for k in dead:
+        del _refs[k]
+    _compact_at[0] = n + max(4096, 2 * len(_refs))
+
+
+def mark() -> int:
+    """A number below every object registered from now on (and above every one registered before)."""
+    return _next()
+
+
+def since(start: int = 0) -> Iterator[tuple[int, Any]]:
+    """``(number, object)`` of every live registered object numbered `start` or later, oldest first."""
+    for n, r in list(_refs.items()):
+        if n >= start:
+            obj = r()
+            if obj is not None:
+                yield n, obj
