@@ -27,6 +27,13 @@ def expected(seed: int, n: int = 8) -> np.ndarray:
     return chain(values(seed).astype(np.float64), n)
 
 
+@pytest.fixture(autouse=True)
+def _no_autograd_garbage() -> None:
+    """Collect tensors that earlier tests left in reference cycles: while a tensor that requires grad is alive, the
+    eager fast path builds graphs (autograd may need them), which these tests check it does not."""
+    gc.collect()
+
+
 def warm(x: Tensor, build=chain) -> None:  # noqa: ANN001 - a callable of one tensor
     """Realize `build(x)` until its chain has a cached schedule (the first build meets new scalar operands)."""
     for _ in range(3):

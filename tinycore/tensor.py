@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -61,6 +62,8 @@ from tinycore.frontend.autograd import _grad_tensors, note_realized
 from tinycore.frontend.reduce import cascade_sum
 from tinycore.helpers import REALIZE_LOCK, all_int, prod
 from tinycore.uop.ops import GroupOp, Ops, UOp, sint
+
+_lock_acquire, _lock_release = REALIZE_LOCK.acquire, REALIZE_LOCK.release
 
 __all__ = ["Tensor"]
 
@@ -139,6 +142,7 @@ def _scalar_category(value: ConstType) -> int:
 
 
 _live_add = live.add
+_live_next, _live_refs, _weak = live.next_number, live.refs, weakref.ref
 
 
 def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires_grad: bool | None = None) -> Tensor:
@@ -151,7 +155,8 @@ def _wrap(uop: UOp, device: str, shape: tuple[sint, ...] | None = None, requires
     t = object.__new__(Tensor)
     t._uop, t._deferred, t.device, t._requires_grad, t.grad = uop, None, device, requires_grad, None
     t._shape = uop.shape if shape is None else shape
-    _live_add(t)
+    if uop.op is not _BUFFER_OP:  # a buffer is not a lazy value (`assign` registers a tensor it makes lazy)
+        _live_add(t)
     return t
 
 
@@ -292,7 +297,10 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                 deferred.node = None
                 deferred.extended = False
                 if type(source) is not _DeferredOp:  # a chain's first op reads the buffer: see `_readers_of`
-                    _live_add(deferred)
+                    n = _live_next()  # `live.add`, inlined
+                    _live_refs[n] = _weak(deferred)
+                    if not n & 4095:
+                        live.compact(n)
                 t = _new_tensor(Tensor)  # its `_uop` slot stays empty until `Tensor.uop` builds the node
                 t._deferred = deferred
                 t.device = self.device
@@ -773,52 +781,51 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
         Thread-safe: realizes are serialized by `tinycore.helpers.REALIZE_LOCK`, so threads sharing lazy tensors
         each find the data computed."""
-        with REALIZE_LOCK:
-            return self._realize(lst, do_update_stats)
-
-    def _realize(self, lst: tuple[Tensor, ...], do_update_stats: bool) -> Tensor:
-        """`realize` under the lock."""
-        if not lst and type(self.device) is str:  # one tensor on one device: the eager loop's case, fewer steps
-            deferred = self._deferred
-            if deferred is not None:
-                if type(deferred) is _DeferredBuffer:
-                    return self
-                if not deferred.extended and not _grad_tensors.data and deferred.leaf not in _written_leaves:
-                    # a chain of deferred ops nothing else holds (else it is built below, so the realized table
-                    # serves the graphs that hold it), and no autograd history to remember: its cached schedule
-                    # runs without building the chain, into a buffer whose uop is made when someone asks
-                    found = schedule_for_chain(deferred.chain_id, deferred.leaf)
-                    if found is not None:
-                        entry, bufs, out, chain = found
-                        self._deferred = _DeferredBuffer(out, chain)
-                        run_cached, run_schedule = _runners()
-                        if not run_cached(entry, bufs, {}, do_update_stats):
-                            run_schedule(entry.items_on(bufs), {}, do_update_stats=do_update_stats)
+        _lock_acquire()  # not `with`: this is the eager hot path, and acquire/release cost half as much
+        try:
+            if not lst and type(self.device) is str:  # one tensor on one device: the eager loop's case, fewer steps
+                deferred = self._deferred
+                if deferred is not None:
+                    if type(deferred) is _DeferredBuffer:
                         return self
-            uop = base = self.uop
-            while base.op in _MOVEMENT:
-                base = base.src[0]
-            if base.op is Ops.BUFFER:
+                    if not deferred.extended and not _grad_tensors.data and deferred.leaf not in _written_leaves:
+                        # a chain of deferred ops nothing else holds (else it is built below, so the realized table
+                        # serves the graphs that hold it), and no autograd history to remember: its cached schedule
+                        # runs without building the chain, into a buffer whose uop is made when someone asks
+                        found = schedule_for_chain(deferred.chain_id, deferred.leaf)
+                        if found is not None:
+                            entry, bufs, out, chain = found
+                            self._deferred = _DeferredBuffer(out, chain)
+                            run_cached, run_schedule = _runners()
+                            if not run_cached(entry, bufs, {}, do_update_stats):
+                                run_schedule(entry.items_on(bufs), {}, do_update_stats=do_update_stats)
+                            return self
+                uop = base = self.uop
+                while base.op in _MOVEMENT:
+                    base = base.src[0]
+                if base.op is Ops.BUFFER:
+                    return self
+                entry, walk, bufs, new = schedule_for_run((uop,))
+                if new[0] is not None:
+                    if _grad_tensors.data:  # the WeakSet's own truth test is a Python-level __len__
+                        note_realized(self, new[0])
+                    self.uop = new[0]
+                run_cached, run_schedule = _runners()
+                if not run_cached(entry, bufs, walk.var_vals, do_update_stats):
+                    run_schedule(entry.items_on(bufs), walk.var_vals, do_update_stats=do_update_stats)
                 return self
-            entry, walk, bufs, new = schedule_for_run((uop,))
-            if new[0] is not None:
-                if _grad_tensors.data:  # the WeakSet's own truth test is a Python-level __len__
-                    note_realized(self, new[0])
-                self.uop = new[0]
-            run_cached, run_schedule = _runners()
-            if not run_cached(entry, bufs, walk.var_vals, do_update_stats):
-                run_schedule(entry.items_on(bufs), walk.var_vals, do_update_stats=do_update_stats)
+            for t in (self, *lst):
+                if _view_base(t.uop).op is not Ops.BUFFER and not (
+                    t.uop.op is Ops.MULTI and all(_view_base(s).op is Ops.BUFFER for s in t.uop.src)
+                ):
+                    break
+            else:
+                return self
+            items, var_vals = self.schedule_with_vars(*lst)
+            _run_schedule()(items, var_vals, do_update_stats=do_update_stats)
             return self
-        for t in (self, *lst):
-            if _view_base(t.uop).op is not Ops.BUFFER and not (
-                t.uop.op is Ops.MULTI and all(_view_base(s).op is Ops.BUFFER for s in t.uop.src)
-            ):
-                break
-        else:
-            return self
-        items, var_vals = self.schedule_with_vars(*lst)
-        _run_schedule()(items, var_vals, do_update_stats=do_update_stats)
-        return self
+        finally:
+            _lock_release()
 
     def _buffer_view(self) -> tuple[Any, UOp]:
         """(Buffer, BUFFER uop) holding exactly this tensor's elements in order (realizing a copy when needed)."""
@@ -958,6 +965,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             self.uop = x.uop
             return self
         self.uop = self.uop.assign(x.uop)
+        _live_add(self)  # a pending write that reads other buffers: see `_readers_of`
         return self
 
     # ----- elementwise building blocks

@@ -168,3 +168,19 @@ def test_a_value_made_before_a_tinyjit_capture_keeps_its_value_over_replays():
     np.testing.assert_allclose(losses, [6.0, 5.7, 5.4, 5.1], rtol=1e-5)
     assert before.item() == 12.0
     np.testing.assert_allclose(w.numpy(), [0.6, 1.6, 2.6], rtol=1e-5)
+
+
+def test_a_pending_write_reading_another_buffer_reads_it_before_that_buffer_is_written():
+    c = _buf([1.0, 2.0])
+    t = _buf([0.0, 0.0])
+    t.assign(c * 2)  # pending: t = 2 * (c as it is now)
+    c.assign(c + 100).realize()
+    assert t.numpy().tolist() == [2.0, 4.0]
+    assert c.numpy().tolist() == [101.0, 102.0]
+
+
+def test_a_realized_view_made_by_an_op_is_not_a_reader():
+    a = _buf([1.0, 2.0, 3.0])
+    r = (a + 1).realize()  # a buffer now: nothing to compute before the write
+    a.assign(a * 0).realize()
+    assert r.numpy().tolist() == [2.0, 3.0, 4.0]

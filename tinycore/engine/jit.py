@@ -77,6 +77,8 @@ from tinycore.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["CapturedJit", "TinyJit", "jit_stats"]
 
+_lock_acquire, _lock_release = REALIZE_LOCK.acquire, REALIZE_LOCK.release
+
 ReturnType = TypeVar("ReturnType")
 
 _MOVEMENT = GroupOp.Movement
@@ -923,8 +925,11 @@ class TinyJit(Generic[ReturnType]):
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
         # one call at a time process-wide (`REALIZE_LOCK`, re-entrant: the function's own realizes nest): a capture
         # records every realize and leaves buffers unfilled until it ends, and replays share the scheduler's tables
-        with REALIZE_LOCK:
+        _lock_acquire()  # not `with`: a replay is a hot path, and acquire/release cost half as much
+        try:
             return self._call(args, kwargs)
+        finally:
+            _lock_release()
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReturnType:
         if _capturing:

@@ -21,28 +21,36 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["add", "mark", "since"]
+__all__ = ["add", "compact", "mark", "next_number", "refs", "since"]
 
 _refs: dict[int, weakref.ref] = {}
 _counter = itertools.count()
 _next = _counter.__next__
-_compact_at = [4096]
+_compact_at = [0]
 _ref = weakref.ref
 
 
 def add(obj: Any) -> None:
-    """Register `obj` (weakly); called for every tensor an op makes, so it is kept to a few dict operations."""
+    """Register `obj` (weakly); called for every tensor an op makes, so it is kept to a few dict operations. The
+    eager hot path inlines it as ``n = next_number(); refs[n] = weakref.ref(obj); if not n & 4095: compact(n)``."""
     n = _next()
     _refs[n] = _ref(obj)
-    if n >= _compact_at[0]:
-        _compact(n)
+    if not n & 4095:
+        compact(n)
 
 
-def _compact(n: int) -> None:
+def compact(n: int) -> None:
+    """Drop the dead references, at most once per as many registrations as there are live ones (amortized O(1))."""
+    if n < _compact_at[0]:
+        return
     dead = [k for k, r in _refs.items() if r() is None]
     for k in dead:
         del _refs[k]
-    _compact_at[0] = n + max(4096, 2 * len(_refs))
+    _compact_at[0] = n + 2 * len(_refs)
+
+
+refs = _refs
+next_number = _next
 
 
 def mark() -> int:
