@@ -23,7 +23,7 @@ class TextRenderer(Renderer):
     def __init__(self):
         self.rendered = 0
 
-    def render(self, uops):
+    def render(self, uops, name=None):
         self.rendered += 1
         return "program:" + ",".join(uops)
 

@@ -1,5 +1,5 @@
 """The device contract's memory side and the device bundle: `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`,
-`Compiled`, `is_dtype_supported`; re-exports the `Device` registry.
+`Compiled`, the `Program` protocol, `is_dtype_supported`; re-exports the `Device` registry.
 
 An `Allocator` subclass (one per device family, written by its plugin) implements:
 
@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import DEBUG, GlobalCounters, getenv
@@ -46,6 +47,8 @@ __all__ = [
     "Compiled",
     "Device",
     "LRUAllocator",
+    "LaunchableProgram",
+    "Program",
     "is_dtype_supported",
     "renderer_setting",
 ]
@@ -451,12 +454,53 @@ class Buffer:
         return raw.view(dtypes.to_np(self.dtype)).copy()
 
 
+@runtime_checkable
+class Program(Protocol):
+    """A loaded kernel (DESIGN §4): the device's program class is constructed as ``Program(device, name, lib)``
+    (`device` the opened `Compiled`, `name` the kernel's function name, `lib` the compiler's bytes) and called as
+    ``prg(*bufs, global_size=, local_size=, vals=, wait=False)``.
+
+    `bufs` are the buffers' opaque handles (what the `Allocator` returned), in argument order; `global_size` and
+    `local_size` the launch dims as ints (`local_size` None: the device chooses); `vals` the values of the
+    program's variables, in `ProgramSpec.vars` order. Returns the seconds the kernel took when `wait` is true (BEAM
+    search times candidates this way, on the real device), else None (it may still be running).
+
+    A program may also offer a fast path for eager launches: see `LaunchableProgram`.
+    """
+
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] = ...,
+        local_size: tuple[int, ...] | None = ...,
+        vals: tuple[int, ...] = ...,
+        wait: bool = False,
+    ) -> float | None:
+        """Run the kernel on `bufs`; with `wait`, block until done and return the seconds it took."""
+        ...
+
+
+@runtime_checkable
+class LaunchableProgram(Program, Protocol):
+    """A `Program` with the optional ``launcher`` method: core's eager realize path calls
+    ``prg.launcher(global_size, local_size, vals)`` once per kernel and then, for every launch, the callable it returns
+    on the buffer handles alone. It must do what ``prg(*bufs, global_size=, local_size=, vals=, wait=False)`` does;
+    returning None declines (core keeps the plain call)."""
+
+    def launcher(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, vals: tuple[int, ...]
+    ) -> Callable[..., Any] | None:
+        """A callable running this kernel on buffer handles with these launch dims and values fixed, or None."""
+        ...
+
+
 class Compiled:
     """A device bundle: allocator, renderer, compiler, program runtime and optional graph runner.
 
     - `device`: the canonical device name (``NAME`` or ``NAME:ordinal``, ``NAME:0`` becomes ``NAME``);
-    - `runtime`: the device's Program class, constructed as ``Program(device, name, lib)`` where `device` is this
-      object; ``compiled.runtime(name, lib)`` is that class with this device bound (`program_class` is the class);
+    - `runtime`: the device's `Program` class (or factory), constructed as ``Program(device, name, lib)`` where
+      `device` is this object; ``compiled.runtime(name, lib)`` is that class with this device bound (`program_class`
+      is the class);
     - `graph`: a `GraphRunner` subclass for batched JIT replay, or None;
     - `capabilities`: what the family supports (given, else derived from the renderer and allocator).
 
@@ -469,7 +513,7 @@ class Compiled:
         allocator: Allocator,
         renderer: Renderer | None,
         compiler: Compiler | None,
-        runtime: Any,
+        runtime: Callable[[Compiled, str, bytes], Program] | None,
         graph: type[GraphRunner] | None = None,
         *,
         capabilities: DeviceCapabilities | None = None,
@@ -478,7 +522,9 @@ class Compiled:
         self.device = family if ordinal in ("", "0") else f"{family}:{int(ordinal)}"
         self.allocator, self.renderer, self.compiler, self.graph = allocator, renderer, compiler, graph
         self.program_class = runtime
-        self.runtime: Any = functools.partial(runtime, self) if runtime is not None else None
+        self.runtime: Callable[[str, bytes], Program] | None = (
+            functools.partial(runtime, self) if runtime is not None else None
+        )
         self._capabilities = capabilities
 
     @property
@@ -543,16 +589,22 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 
 
 def renderer_setting(device: Any, name: str, default: Any = None) -> Any:
-    """Attribute `name` of `device`'s renderer (`tinycore.renderer.Renderer`), or `default` when the device can't
-    be asked (not a single device name, no plugin, no hardware). Core reads renderer tuning knobs through this
-    (``gemm_panel_bytes``, ``row_reduce_bytes``) without naming a device.
+    """Attribute `name` of `device`'s renderer, or `default` when the device can't be asked (not a single device
+    name, no plugin, no hardware, no renderer). `name` must be declared on `tinycore.renderer.Renderer` (its
+    default is there); core reads renderer tuning knobs through this (``gemm_panel_bytes``, ``row_reduce_bytes``)
+    without naming a device.
 
     >>> renderer_setting(("CLANG:0", "CLANG:1"), "row_reduce_bytes", 0)  # a multi-device value has no one renderer
     0
     """
+    from tinycore.renderer import Renderer
+
+    if name.startswith("_") or not hasattr(Renderer, name):
+        raise AttributeError(f"{name!r} is not declared on tinycore.renderer.Renderer: declare it there first")
     if not isinstance(device, str):
         return default
     try:
-        return getattr(_device_lookup(device).renderer, name, default)
+        renderer = _device_lookup(device).renderer
+        return default if renderer is None else getattr(renderer, name)
     except Exception:  # noqa: BLE001 (a device that can't be opened has no settings to give)
         return default

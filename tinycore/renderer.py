@@ -187,6 +187,12 @@ class Renderer:
       (softmax, layernorm: one kernel, each row read from memory once and reread from cache); a value the reduce
       loop computes and the output needs again is kept in a row-sized register array, not computed twice
       (`tinycore.codegen.stash`). 0: such reduces get kernels of their own.
+    - `threads`: how many native CPU threads one kernel's ``THREAD`` split (``core_id``) runs on (CPU-style
+      renderers); None: ``os.cpu_count()``. It is part of the BEAM cache key;
+    - `max_vector_access`: the widest vector load/store, in lanes, the vectorizer emits (a power of two).
+
+    Every attribute above is declared here with its default, and core reads them as plain attributes: a renderer
+    changes a default by assigning the attribute, never by adding a new name core would have to look up.
 
     Renderers pickle as ``(device family, arch)`` and are rebuilt through the plugin's `tinycore_compile_target`
     hook, so BEAM workers and compile-only tools get an identical renderer without any hardware.
@@ -209,9 +215,16 @@ class Renderer:
     vector_bytes: int = 32
     gemm_panel_bytes: int = 0
     row_reduce_bytes: int = 0
+    threads: int | None = None
+    max_vector_access: int = 16  # tinycore.codegen.expander.MAX_ACCESS_WIDTH (not imported: this module stays light)
 
-    def render(self, uops: list[UOp]) -> str:
-        """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text."""
+    def render(self, uops: list[UOp], name: str | None = None) -> str:
+        """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text.
+
+        `name` is the kernel's function name (core passes ``ProgramSpec.function_name``, so the sources of different
+        kernels can share one translation unit in a batch compile); a renderer whose language has no function names
+        ignores it, and None means "derive a name from the program" (its SINK's arg, else a fixed default).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement render")
 
     def __reduce__(self) -> tuple[Callable[[str, str | None], Renderer], tuple[str, str | None]]:

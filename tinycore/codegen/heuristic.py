@@ -40,10 +40,10 @@ depends only on what the renderer declares:
    and the loop that reads the input with the smallest stride goes innermost (the packing copy of a matmul's right
    operand reads its rows in order);
 3. the largest parallel output axis (the rows of a blocked matmul) is split across the CPU threads (``THREAD``):
-   the renderer's ``threads`` attribute (the CLANG renderer reads ``THREADS`` or the CPU count), else
-   ``os.cpu_count()``; kernels with little work stay on one thread.
+   the renderer's ``threads`` (the CLANG renderer reads ``THREADS`` or the CPU count), or ``os.cpu_count()`` when
+   it is None (the `Renderer` default); kernels with little work stay on one thread.
 
-The vector width is the renderer's ``vector_bytes`` attribute when it declares one, else 32 bytes (AVX2).
+The vector width is the renderer's ``vector_bytes`` (the `Renderer` default is 32 bytes, AVX2).
 
 >>> from tinycore.dtype import dtypes
 >>> from tinycore.uop.ops import UOp, Ops
@@ -78,7 +78,7 @@ _SMALL_WORK = 1 << 15  # output elements (times reduce size) below which a CPU k
 
 def thread_count(k: Kernel) -> int:
     """How many CPU threads a THREAD split should use: the renderer's ``threads``, else ``os.cpu_count()``."""
-    threads = getattr(k.renderer, "threads", None)
+    threads = k.renderer.threads if k.renderer is not None else None
     return max(1, int(threads)) if isinstance(threads, int) and threads > 0 else max(1, os.cpu_count() or 1)
 
 
@@ -87,7 +87,7 @@ def vector_width(k: Kernel, itemsize: int) -> int:
     ren = k.renderer
     if ren is None or not ren.supports_float4:
         return 1
-    nbytes = getattr(ren, "vector_bytes", 32)
+    nbytes = ren.vector_bytes
     return max(1, int(nbytes) // max(1, itemsize))
 
 
@@ -194,7 +194,7 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     stores = [p for p, st in _accesses(k) if st]
     if stores and _stride(stores[0], i) == 1 and _stride(stores[0], j) != 1:
         i, j = j, i  # j is the axis contiguous in the output
-    panel = getattr(k.renderer, "gemm_panel_bytes", 0) // max(1, _itemsize(k))
+    panel = (k.renderer.gemm_panel_bytes if k.renderer is not None else 0) // max(1, _itemsize(k))
     widths = (panel if panel > 1 else 2 * vw, vw, 8, 4)
     size_j = _size(j)
     jn = _divisor(size_j, widths[:1])

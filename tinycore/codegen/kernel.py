@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
-from tinycore.codegen.expander import MAX_ACCESS_WIDTH, affine_coefficients, expand_scalar, expand_vectors
+from tinycore.codegen.expander import affine_coefficients, expand_scalar, expand_vectors
 from tinycore.codegen.lowerer import (
     lower_reduces,
     map_nodes,
@@ -596,7 +596,7 @@ class Kernel:
         register accumulators, indices simplified. Sets `global_size` and `local_size`."""
         ren = self.renderer
         if ren is not None and ren.supports_float4:
-            sink = expand_vectors(self.sink, getattr(ren, "max_vector_access", MAX_ACCESS_WIDTH), ren.masked_access)
+            sink = expand_vectors(self.sink, ren.max_vector_access, ren.masked_access)
         else:
             try:
                 sink = expand_scalar(self.sink)

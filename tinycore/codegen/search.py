@@ -34,7 +34,6 @@ True
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from collections.abc import Sequence
@@ -111,7 +110,7 @@ def beam_cache_key(k: Kernel, beam_width: int) -> str:
     ren = k.renderer
     assert ren is not None
     ast_key = (k.ast if k.ast is not None else k.base_sink).key.hex()
-    parts = [ast_key, ren.device, str(ren.arch), type(ren).__name__, f"threads={getattr(ren, 'threads', None)}"]
+    parts = [ast_key, ren.device, str(ren.arch), type(ren).__name__, f"threads={ren.threads}"]
     try:
         compiler = Device[ren.device].compiler
         key_parts = getattr(compiler, "cache_key_parts", None)
@@ -163,17 +162,12 @@ def _random_buffers(k: Kernel, device: str) -> list[Buffer]:
     return bufs
 
 
-def _render(renderer: Any, p: ProgramSpec) -> str:
-    params = inspect.signature(renderer.render).parameters
-    return renderer.render(p.uops, name=p.function_name) if "name" in params else renderer.render(p.uops)
-
-
 def _build(cands: list[Candidate], device: str) -> list[Candidate]:
     """Linearize, render and compile the candidates (one batch when the compiler has ``compile_many``);
     returns the ones that built, with their runners."""
     from tinycore.codegen import program_from_kernel
     from tinycore.device import Device
-    from tinycore.engine.exec_item import CompiledRunner
+    from tinycore.engine.exec_item import CompiledRunner, render_program
 
     dev = Device[device]
     built: list[tuple[Candidate, ProgramSpec, str]] = []
@@ -181,7 +175,7 @@ def _build(cands: list[Candidate], device: str) -> list[Candidate]:
     for i, c in enumerate(cands):
         try:
             p = program_from_kernel(c.kernel, name=f"beam{i}_{c.kernel.name}")
-            src = _render(dev.renderer, p)
+            src = render_program(dev.renderer, p)
         except Exception as error:  # noqa: BLE001 (any failure drops the candidate)
             if DEBUG >= 3:
                 print(f"BEAM: {c.kernel.applied_opts} failed to build: {type(error).__name__}: {error}")

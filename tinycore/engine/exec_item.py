@@ -8,7 +8,6 @@ buffer view: nothing to run). `ExecItem.run` updates `GlobalCounters` and prints
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,23 +25,10 @@ if TYPE_CHECKING:
     from tinycore.runtime.compiler import Compiler
     from tinycore.uop.ops import UOp
 
-# documented cache: renderer class -> whether its `render` takes a ``name`` argument
-_RENDER_TAKES_NAME: dict[type, bool] = {}
-
-
 def render_program(renderer: Renderer, p: ProgramSpec) -> str:
-    """The source of `p`, with its kernel function named ``p.function_name`` when `renderer.render` takes a
-    ``name`` argument (so sources of different kernels can share one translation unit in a batch compile)."""
-    takes_name = _RENDER_TAKES_NAME.get(type(renderer))
-    if takes_name is None:
-        try:
-            takes_name = "name" in inspect.signature(renderer.render).parameters
-        except (TypeError, ValueError):
-            takes_name = False
-        _RENDER_TAKES_NAME[type(renderer)] = takes_name
-    if takes_name:
-        return renderer.render(p.uops, name=p.function_name)  # type: ignore[call-arg]
-    return renderer.render(p.uops)
+    """The source of `p`, with its kernel function named ``p.function_name`` (so sources of different kernels can
+    share one translation unit in a batch compile): ``renderer.render(p.uops, name=p.function_name)``."""
+    return renderer.render(p.uops, name=p.function_name)
 
 
 class Runner:

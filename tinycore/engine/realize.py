@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tinycore.device import LaunchableProgram
 from tinycore.engine import live
 from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem, Runner, build_kernel_runners
 from tinycore.engine.schedule import ScheduleItem
@@ -131,8 +132,8 @@ def _direct_launch(runner: Runner) -> tuple[Callable[..., Any], int, int] | None
     if not all(isinstance(v, int) for v in (est.ops, est.mem)):
         return None
     prg = runner._prg
-    bind = getattr(prg, "launcher", None)  # optional Program method: a callable with the launch fixed
-    launch = bind(global_size, local_size, ()) if bind is not None else None
+    # `LaunchableProgram.launcher`, the optional Program method giving a callable with the launch fixed
+    launch = prg.launcher(global_size, local_size, ()) if isinstance(prg, LaunchableProgram) else None
     if launch is None:
         launch = functools.partial(prg, global_size=global_size, local_size=local_size, vals=(), wait=False)
     return launch, est.ops, est.mem

@@ -2,7 +2,7 @@
 
 A device plugin's entry module looks like::
 
-    from tinycore.plugin import hookimpl, ProbeResult
+    from tinycore.sdk import hookimpl, ProbeResult
     TINYCORE_PLUGIN_API = (1, 0)
 
     @hookimpl

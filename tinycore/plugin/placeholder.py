@@ -4,7 +4,7 @@ A plugin distribution whose device is not implemented yet still registers the na
 `tinycore doctor` show it, and `DEV=NAME` fails with a clear reason), and its probe answers ``not implemented yet``
 so it never becomes the default device. Its entry module is then three lines::
 
-    from tinycore.plugin.placeholder import PlaceholderHooks
+    from tinycore.sdk import PlaceholderHooks
     TINYCORE_PLUGIN_API = (1, 0)
     tinycore_register_devices, tinycore_probe_device, tinycore_report_info = PlaceholderHooks(
         "CUDA", priority=35, distribution="tinycore-cuda", version="0.1.0").hooks()

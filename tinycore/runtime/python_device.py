@@ -149,8 +149,9 @@ class PythonRenderer(Renderer):
         self.arch = arch
         self.supported_dtypes = python_capabilities().dtypes
 
-    def render(self, uops: list[UOp]) -> str:
-        """The program as text the `PythonCompiler` turns back into bytes."""
+    def render(self, uops: list[UOp], name: str | None = None) -> str:
+        """The program as text the `PythonCompiler` turns back into bytes (`name` is unused: the interpreter runs
+        one program per binary, found by position, not by name)."""
         position = {id(u): i for i, u in enumerate(uops)}
         flat = []
         for i, u in enumerate(uops):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from tinycore.device import BufferSpec, LRUAllocator
+from tinycore.sdk import BufferSpec, LRUAllocator
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _posix_memalign = _libc.posix_memalign

@@ -44,9 +44,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 
-from tinycore.errors import CompileError
-from tinycore.runtime.compiler import Compiler
-from tinycore.runtime.disk_cache import disk_get, disk_put
+from tinycore.sdk import CompileError, Compiler, disk_get, disk_put
 from tinycore_clang import toolchain
 from tinycore_clang.renderer import KERNEL_MARKER
 

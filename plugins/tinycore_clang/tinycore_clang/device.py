@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import os
 
-from tinycore.device import Compiled
-from tinycore.dtype import ALL_SCALARS
-from tinycore.errors import CompileError, DeviceUnavailableError
-from tinycore.plugin import DeviceCapabilities
+from tinycore.sdk import ALL_SCALARS, Compiled, CompileError, DeviceCapabilities, DeviceUnavailableError
 from tinycore_clang import __version__, toolchain
 from tinycore_clang.allocator import ClangAllocator
 from tinycore_clang.compiler import ClangCompiler

@@ -10,8 +10,7 @@ import struct
 import time
 from typing import Any
 
-from tinycore.dtype import dtypes
-from tinycore.uop.ops import AxisType, Ops, UOp
+from tinycore.sdk import AxisType, Ops, UOp, dtypes
 
 
 def axpy_program(n: int = 16) -> list[UOp]:
@@ -42,8 +41,7 @@ def core_id_program(chunks: int, chunk: int) -> list[UOp]:
 
 def smoke_test(ctx: Any) -> str:
     """A doctor check: run the two programs on ``ctx.device``; raise ``CheckFailed`` with a fix when wrong."""
-    from tinycore.cli import CheckFailed, CheckSkipped
-    from tinycore.errors import CompileError
+    from tinycore.sdk import CheckFailed, CheckSkipped, CompileError
 
     device = ctx.device
     if device is None or getattr(device, "family", "") != "CLANG":

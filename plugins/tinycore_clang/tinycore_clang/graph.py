@@ -22,11 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tinycore.engine.exec_item import CompiledRunner, ExecItem
-from tinycore.engine.graph import GraphRunner, GraphUpdate
+from tinycore.sdk import CompiledRunner, ExecItem, GraphRunner, GraphUpdate
 
 if TYPE_CHECKING:
-    from tinycore.device import Buffer
+    from tinycore.sdk import Buffer
 
 __all__ = ["ClangGraph", "GraphStats", "graph_stats"]
 
@@ -59,7 +58,7 @@ class ClangGraph(GraphRunner):
         self, device: str, items: list[ExecItem], input_slots: dict[tuple[int, int], int], var_names: list[str]
     ):
         super().__init__(device, items, input_slots, var_names)
-        from tinycore.device import Device
+        from tinycore.sdk import Device
         from tinycore_clang.threadpool import TcItem, get_pool
 
         self.device_obj = Device[device]

@@ -20,8 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.uop.ops import Ops, UOp
+from tinycore.sdk import DType, Ops, PtrDType, UOp, dtypes
 
 ABI_VERSION = 1
 

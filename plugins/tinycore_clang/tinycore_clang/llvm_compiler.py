@@ -40,8 +40,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from tinycore.errors import CompileError
-from tinycore.runtime.compiler import Compiler
+from tinycore.sdk import CompileError, Compiler
 from tinycore_clang import toolchain
 from tinycore_clang.compiler import cached_facts, disassemble_library, scratch_path
 from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library

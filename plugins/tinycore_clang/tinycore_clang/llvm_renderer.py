@@ -30,7 +30,7 @@ gated lane by lane is ``llvm.masked.load``/``llvm.masked.store``, which touch on
 outside the block that computed it (legal in C, where single-use expressions are evaluated where they are used) is
 computed again where it is used.
 
->>> from tinycore.dtype import dtypes
+>>> from tinycore.sdk import dtypes
 >>> llvm_float_const(1.5, dtypes.float32), llvm_float_const(1.0, dtypes.float16)
 ('0x3FF8000000000000', '0xH3C00')
 """
@@ -42,8 +42,7 @@ import platform
 import struct
 from dataclasses import dataclass
 
-from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.sdk import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 from tinycore_clang.kernel_params import KernelParams, c_identifier, kernel_params
 from tinycore_clang.libllvm import find_library, uses_typed_pointers
 from tinycore_clang.renderer import (

@@ -1,6 +1,6 @@
 """Entry module of the ``CLANG`` device (entry point ``CLANG = "tinycore_clang.plugin"``, group ``tinycore.devices``).
 
-Light by contract: importing it imports only ``tinycore.plugin`` and the stdlib-only `tinycore_clang.toolchain`.
+Light by contract: importing it imports only ``tinycore.sdk`` and the stdlib-only `tinycore_clang.toolchain`.
 The device, renderer, compiler and runtime modules are imported when a device is opened or a compile target is
 requested. The probe only looks at ``CC`` and ``PATH``.
 
@@ -14,13 +14,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tinycore.plugin import DeviceCapabilities, ProbeResult, hookimpl
+from tinycore.sdk import DeviceCapabilities, ProbeResult, hookimpl
 from tinycore_clang import __version__, toolchain
 
 if TYPE_CHECKING:
-    from tinycore.device import Compiled
-    from tinycore.renderer import Renderer
-    from tinycore.runtime.compiler import Compiler
+    from tinycore.sdk import Compiled, Compiler, Renderer
 
 TINYCORE_PLUGIN_API = (1, 0)
 DEVICE = "CLANG"
@@ -41,7 +39,7 @@ def _install_doctor_check() -> None:
     the checks of other devices are unchanged unless CLANG is being checked too.
     """
     try:
-        from tinycore.cli import DOCTOR_CHECKS, DoctorCheck, add_doctor_check
+        from tinycore.sdk import DOCTOR_CHECKS, DoctorCheck, add_doctor_check
     except ImportError:  # an older core without the doctor API
         return
     if any(check.name == DOCTOR_CHECK_NAME for check in DOCTOR_CHECKS):
@@ -154,7 +152,7 @@ def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
     """Every scalar dtype, vector types, views, zero-copy, transfers, native threads."""
     if not _is_clang(name):
         return None
-    from tinycore.dtype import ALL_SCALARS
+    from tinycore.sdk import ALL_SCALARS
 
     return DeviceCapabilities(
         dtypes=frozenset(ALL_SCALARS),

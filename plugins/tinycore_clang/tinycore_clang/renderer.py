@@ -30,7 +30,7 @@ Semantics (what the reference device computes):
   (the compiler runs with ``-ffp-contract=off``);
 - constants are exact: floats as hex literals (``0x1.8p+1f``), ``__builtin_inff()``, ``__builtin_nanf("")``.
 
->>> from tinycore.dtype import dtypes
+>>> from tinycore.sdk import dtypes
 >>> ClangRenderer.float_literal(3.0, dtypes.float32), ClangRenderer.float_literal(float("-inf"), dtypes.float32)
 ('0x1.8p+1f', '(-__builtin_inff())')
 """
@@ -43,9 +43,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
-from tinycore.renderer import Renderer
-from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.sdk import ALL_SCALARS, AddrSpace, DType, GroupOp, Ops, PtrDType, Renderer, UOp, dtypes
 from tinycore_clang.kernel_params import c_identifier, kernel_params, root_buffer
 from tinycore_clang.toolchain import cpuinfo_flags, default_thread_count
 

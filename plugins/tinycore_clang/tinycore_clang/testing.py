@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import AxisType, Ops, UOp
+from tinycore.sdk import AxisType, DType, Ops, UOp, dtypes
 
 
 def np_dtype(dtype: DType) -> np.dtype:

@@ -222,7 +222,7 @@ def default_thread_count() -> int:
 
     Anything else (``THREADS=abc``, ``THREADS=-1``) raises a ValueError naming the variable and a valid example.
     """
-    from tinycore.helpers import parse_env  # here: this module stays standard-library only at import
+    from tinycore.sdk import parse_env  # here: this module stays standard-library only at import
 
     raw = os.environ.get("THREADS")
     try:

@@ -1,12 +1,12 @@
 """Entry module of the ``CUDA`` device (entry point ``CUDA = "tinycore_cuda.plugin"``, group ``tinycore.devices``).
 
-Light by contract: it imports only ``tinycore.plugin``. Until the CUDA device is implemented it registers the name
+Light by contract: it imports only ``tinycore.sdk``. Until the CUDA device is implemented it registers the name
 and answers its probe with ``not implemented yet``, so an installed CUDA never becomes the default device.
 """
 
 from __future__ import annotations
 
-from tinycore.plugin.placeholder import PlaceholderHooks
+from tinycore.sdk import PlaceholderHooks
 from tinycore_cuda import __version__
 
 TINYCORE_PLUGIN_API = (1, 0)

@@ -1,12 +1,12 @@
 """Entry module of the ``METAL`` device (entry point ``METAL = "tinycore_metal.plugin"``, group ``tinycore.devices``).
 
-Light by contract: it imports only ``tinycore.plugin``. Until the METAL device is implemented it registers the name
+Light by contract: it imports only ``tinycore.sdk``. Until the METAL device is implemented it registers the name
 and answers its probe with ``not implemented yet``, so an installed METAL never becomes the default device.
 """
 
 from __future__ import annotations
 
-from tinycore.plugin.placeholder import PlaceholderHooks
+from tinycore.sdk import PlaceholderHooks
 from tinycore_metal import __version__
 
 TINYCORE_PLUGIN_API = (1, 0)

@@ -1,0 +1,228 @@
+"""The device SDK: everything a device plugin may import from core, in one module.
+
+A plugin (in-tree or third-party) imports core only from here (``from tinycore.sdk import Compiled, Renderer``);
+the rest of `tinycore` is internal and may change without notice. `docs/plugins.md` is the guide ("Writing a device
+plugin"); DESIGN §4 the binding summary. Importing this module is cheap: each name is imported from the core module
+that defines it on first access, so a light entry module may ``from tinycore.sdk import hookimpl, ProbeResult``
+without pulling in numpy, the compiler or the runtime.
+
+What a plugin implements, per device family:
+
+- an entry module (entry point group ``tinycore.devices``) with `hookimpl` hooks: ``tinycore_register_devices``
+  (calls `DeviceRegistrar.register`), ``tinycore_probe_device`` (returns a `ProbeResult`), optionally
+  ``tinycore_open_device``, ``tinycore_compile_target``, ``tinycore_device_capabilities`` (a `DeviceCapabilities`),
+  ``tinycore_rewrite_rules`` (a `PatternMatcher`) and ``tinycore_report_info``; `PlaceholderHooks` gives the three
+  hooks of a device that registers its name before it exists;
+- a `Compiled` subclass bundling an `Allocator` (usually an `LRUAllocator`; allocations take a `BufferSpec`), a
+  `Renderer` (every attribute core reads is declared on the base, with its meaning and default; ``render(uops,
+  name=None)``), a `Compiler` (source to bytes, disk-cached by core) and a `Program` class (optionally a
+  `LaunchableProgram`), plus an optional `GraphRunner` for TinyJit replay (it patches `GraphUpdate`s);
+- optionally doctor checks (`DoctorCheck`, `add_doctor_check`, raising `CheckFailed` / `CheckSkipped`).
+
+Names, by topic (classes and functions carry their own documentation):
+
+- hooks and registration: `hookimpl`, `ProbeResult`, `DeviceCapabilities`, `DeviceRegistrar` (the ``registry``
+  the register hook receives), `PlaceholderHooks`, `PLUGIN_API_VERSION` (core's ``(major, minor)`` device-contract
+  version: a plugin's ``TINYCORE_PLUGIN_API`` must have the same major and a minor not above it),
+  `ENTRY_POINT_GROUP` (``"tinycore.devices"``);
+- the device: `Compiled`, `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`, `Device` (the registry of opened
+  devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`;
+- code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, `disk_get` / `disk_put` (core's
+  disk cache, for compilers caching more than `Compiler.compile_cached` does);
+- the IR a renderer reads: `UOp`, `Ops`, `GroupOp`, `AxisType`, `UPat`, `PatternMatcher`, `DType`, `PtrDType`,
+  `AddrSpace`, `dtypes`, `ALL_SCALARS` (every scalar dtype, a tuple);
+- JIT replay: `GraphRunner`, `GraphUpdate`, `Runner`, `CompiledRunner`, `ExecItem`;
+- errors: `TinycoreError`, `DeviceError`, `DeviceNotInstalledError`, `DevicePluginError`,
+  `DevicePluginIncompatibleError`, `DeviceUnavailableError`, `CompileError`;
+- `tinycore doctor`: `DoctorCheck`, `DoctorContext`, `add_doctor_check`, `CheckFailed`, `CheckSkipped`,
+  `DOCTOR_CHECKS` (the ordered list of checks, read-only for plugins: add with `add_doctor_check`);
+- helpers: `parse_env` (an environment value parsed like core's knobs).
+
+>>> import tinycore.sdk as sdk
+>>> sdk.PLUGIN_API_VERSION[0], sdk.Renderer.threads is None
+(1, True)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tinycore.cli import (
+        DOCTOR_CHECKS,
+        CheckFailed,
+        CheckSkipped,
+        DoctorCheck,
+        DoctorContext,
+        add_doctor_check,
+    )
+    from tinycore.device import (
+        Allocator,
+        Buffer,
+        BufferSpec,
+        Compiled,
+        Device,
+        LaunchableProgram,
+        LRUAllocator,
+        Program,
+    )
+    from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
+    from tinycore.engine.exec_item import CompiledRunner, ExecItem, Runner
+    from tinycore.engine.graph import GraphRunner, GraphUpdate
+    from tinycore.errors import (
+        CompileError,
+        DeviceError,
+        DeviceNotInstalledError,
+        DevicePluginError,
+        DevicePluginIncompatibleError,
+        DeviceUnavailableError,
+        TinycoreError,
+    )
+    from tinycore.helpers import parse_env
+    from tinycore.plugin.hookspecs import (
+        ENTRY_POINT_GROUP,
+        PLUGIN_API_VERSION,
+        DeviceCapabilities,
+        ProbeResult,
+        hookimpl,
+    )
+    from tinycore.plugin.manager import DeviceRegistrar
+    from tinycore.plugin.placeholder import PlaceholderHooks
+    from tinycore.renderer import Estimates, ProgramSpec, Renderer, TensorCore
+    from tinycore.runtime.compiler import Compiler
+    from tinycore.runtime.disk_cache import disk_get, disk_put
+    from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
+    from tinycore.uop.patterns import PatternMatcher, UPat
+
+# public name -> the core module defining it (imported on first access, PEP 562)
+_EXPORTS: dict[str, str] = {
+    # hooks and registration
+    "hookimpl": "tinycore.plugin.hookspecs",
+    "ProbeResult": "tinycore.plugin.hookspecs",
+    "DeviceCapabilities": "tinycore.plugin.hookspecs",
+    "PLUGIN_API_VERSION": "tinycore.plugin.hookspecs",
+    "ENTRY_POINT_GROUP": "tinycore.plugin.hookspecs",
+    "DeviceRegistrar": "tinycore.plugin.manager",
+    "PlaceholderHooks": "tinycore.plugin.placeholder",
+    # the device
+    "Compiled": "tinycore.device",
+    "Allocator": "tinycore.device",
+    "LRUAllocator": "tinycore.device",
+    "BufferSpec": "tinycore.device",
+    "Buffer": "tinycore.device",
+    "Device": "tinycore.device",
+    "Program": "tinycore.device",
+    "LaunchableProgram": "tinycore.device",
+    # code generation
+    "Renderer": "tinycore.renderer",
+    "TensorCore": "tinycore.renderer",
+    "ProgramSpec": "tinycore.renderer",
+    "Estimates": "tinycore.renderer",
+    "Compiler": "tinycore.runtime.compiler",
+    "disk_get": "tinycore.runtime.disk_cache",
+    "disk_put": "tinycore.runtime.disk_cache",
+    # the IR
+    "UOp": "tinycore.uop.ops",
+    "Ops": "tinycore.uop.ops",
+    "GroupOp": "tinycore.uop.ops",
+    "AxisType": "tinycore.uop.ops",
+    "UPat": "tinycore.uop.patterns",
+    "PatternMatcher": "tinycore.uop.patterns",
+    "DType": "tinycore.dtype",
+    "PtrDType": "tinycore.dtype",
+    "AddrSpace": "tinycore.dtype",
+    "dtypes": "tinycore.dtype",
+    "ALL_SCALARS": "tinycore.dtype",
+    # JIT replay
+    "GraphRunner": "tinycore.engine.graph",
+    "GraphUpdate": "tinycore.engine.graph",
+    "Runner": "tinycore.engine.exec_item",
+    "CompiledRunner": "tinycore.engine.exec_item",
+    "ExecItem": "tinycore.engine.exec_item",
+    # errors
+    "TinycoreError": "tinycore.errors",
+    "DeviceError": "tinycore.errors",
+    "DeviceNotInstalledError": "tinycore.errors",
+    "DevicePluginError": "tinycore.errors",
+    "DevicePluginIncompatibleError": "tinycore.errors",
+    "DeviceUnavailableError": "tinycore.errors",
+    "CompileError": "tinycore.errors",
+    # tinycore doctor
+    "DoctorCheck": "tinycore.cli",
+    "DoctorContext": "tinycore.cli",
+    "add_doctor_check": "tinycore.cli",
+    "CheckFailed": "tinycore.cli",
+    "CheckSkipped": "tinycore.cli",
+    "DOCTOR_CHECKS": "tinycore.cli",
+    # helpers
+    "parse_env": "tinycore.helpers",
+}
+
+__all__ = [
+    "ALL_SCALARS",
+    "DOCTOR_CHECKS",
+    "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
+    "AddrSpace",
+    "Allocator",
+    "AxisType",
+    "Buffer",
+    "BufferSpec",
+    "CheckFailed",
+    "CheckSkipped",
+    "CompileError",
+    "Compiled",
+    "CompiledRunner",
+    "Compiler",
+    "DType",
+    "Device",
+    "DeviceCapabilities",
+    "DeviceError",
+    "DeviceNotInstalledError",
+    "DevicePluginError",
+    "DevicePluginIncompatibleError",
+    "DeviceRegistrar",
+    "DeviceUnavailableError",
+    "DoctorCheck",
+    "DoctorContext",
+    "Estimates",
+    "ExecItem",
+    "GraphRunner",
+    "GraphUpdate",
+    "GroupOp",
+    "LRUAllocator",
+    "LaunchableProgram",
+    "Ops",
+    "PatternMatcher",
+    "PlaceholderHooks",
+    "ProbeResult",
+    "Program",
+    "ProgramSpec",
+    "PtrDType",
+    "Renderer",
+    "Runner",
+    "TensorCore",
+    "TinycoreError",
+    "UOp",
+    "UPat",
+    "add_doctor_check",
+    "disk_get",
+    "disk_put",
+    "dtypes",
+    "hookimpl",
+    "parse_env",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tinycore.sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
