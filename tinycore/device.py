@@ -214,14 +214,17 @@ class LRUAllocator(Allocator):
                     print(f"{type(self).__name__}: out of memory for {size} bytes, freeing the cache", file=sys.stderr)
                 self.free_cache()
                 opaque = self._alloc(size, options)
-        self._account(size, options, +1)
+        if options is None or options.external_ptr is None:  # `_account`, inlined: the eager path allocates per op
+            self.mem_used += size
+            GlobalCounters.mem_used += size
         return opaque
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         """Park the allocation in the cache (or release it when caching is off for it)."""
         cacheable = options is None or not (options.nolru or options.external_ptr is not None)
         if cacheable and getenv("LRU", 1):
-            self._account(size, options, -1)
+            self.mem_used -= size  # `_account`, inlined (a cacheable allocation has no external_ptr)
+            GlobalCounters.mem_used -= size
             self.cache[(size, options)].append(opaque)
             self.cached_bytes += size
         else:
@@ -378,16 +381,17 @@ class Buffer:
         self._release()
 
     def _release(self) -> None:
-        if not self.is_allocated():  # already released (finalizers of a garbage cycle run in any order)
+        try:
+            buf = self._buf
+        except AttributeError:  # already released (finalizers of a garbage cycle run in any order)
             return
-        buf = self._buf
         del self._buf
         self._released = False
         if self._owned:
-            self.allocator.free(buf, self.nbytes, self.options)
+            self.allocator.free(buf, self.size * self.dtype.itemsize, self.options)
 
     def __del__(self) -> None:
-        if not self.is_allocated():
+        if not hasattr(self, "_buf"):  # `is_allocated()`, inlined: every eager result is collected through here
             return
         try:
             if self._base is not None:

@@ -853,9 +853,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             import numpy as np
 
             return np.zeros(self.shape, dtype=dtypes.to_np(self.dtype))
-        with REALIZE_LOCK:  # realize and copy out as one step (another thread may be realizing this tensor)
+        _lock_acquire()  # realize and copy out as one step (another thread may be realizing this tensor)
+        try:
             buf, _ = self._buffer_view()
             return buf.numpy().reshape(self.shape)
+        finally:
+            _lock_release()
 
     def tolist(self) -> Any:
         """The value as (nested) Python lists; a 0-d tensor gives a scalar."""
