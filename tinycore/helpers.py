@@ -58,22 +58,13 @@ def parse_env(key: str, raw: str | None, default: T) -> T:
                 f"{key}={raw!r} is not a boolean: set {key} to 1 or 0 (or true/false, yes/no, on/off), "
                 f"or unset it (default {int(default)})"
             ) from None
-    if kind is int:
+    if kind is int or kind is float:
         try:
-            return int(text)  # type: ignore[return-value]
+            return kind(text)  # type: ignore[return-value]
         except ValueError:
-            example = default if default else 1
+            noun, phrase, fallback = ("an integer", "a whole number", 1) if kind is int else ("a number",) * 2 + (0.5,)
             raise ValueError(
-                f"{key}={raw!r} is not an integer: set {key} to a whole number such as {key}={example}, "
-                f"or unset it (default {default})"
-            ) from None
-    if kind is float:
-        try:
-            return float(text)  # type: ignore[return-value]
-        except ValueError:
-            example = default if default else 0.5
-            raise ValueError(
-                f"{key}={raw!r} is not a number: set {key} to a number such as {key}={example}, "
+                f"{key}={raw!r} is not {noun}: set {key} to {phrase} such as {key}={default or fallback}, "
                 f"or unset it (default {default})"
             ) from None
     try:
