@@ -104,8 +104,11 @@ def test_doctor_json_lists_each_check(fake_site):
     payload = json.loads(out.stdout)
     report = payload["devices"][0]
     assert payload["ok"] and report["status"] == "PASS" and report["distribution"] == "tinycore"
-    assert [c["name"] for c in report["checks"]] == ["probe", "open", "alloc/copy"]
-    assert all(c["status"] == "PASS" for c in report["checks"])
+    names = [c["name"] for c in report["checks"]]
+    assert names[:3] == ["probe", "open", "alloc/copy"]
+    assert all(c["status"] == "PASS" for c in report["checks"][:3])
+    # then the checks plugins add through tinycore_doctor_checks (CLANG's kernel smoke test skips PYTHON)
+    assert all(c["status"] in ("PASS", "SKIP") for c in report["checks"][3:])
 
 
 def test_doctor_failing_device_has_reason_fix_and_exit_code(broken_site):

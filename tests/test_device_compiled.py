@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 import tinycore.device as device_module
+import tinycore.plugin.manager as manager_module
 from tinycore.device import Compiled, is_dtype_supported
 from tinycore.dtype import dtypes
 from tinycore.engine.graph import SequentialGraphRunner
-from tinycore.plugin import DeviceCapabilities
+from tinycore.plugin import DeviceCapabilities, hookimpl
+from tinycore.plugin.manager import PluginManager
 from tinycore.renderer import Renderer
 from tinycore.runtime.python_device import PythonAllocator, PythonDevice
 
@@ -65,10 +67,40 @@ def test_capabilities_derived_from_renderer_allocator_and_graph():
     assert "graph" not in make_fake().capabilities.features
 
 
-def test_declared_capabilities_win():
+class CapabilitiesPlugin:
+    """Declares FAKE through the register hook and its capabilities through the one capabilities hook."""
+
+    TINYCORE_PLUGIN_API = (1, 0)
+
+    def __init__(self, declared):
+        self.declared, self.asked = declared, 0
+
+    @hookimpl
+    def tinycore_register_devices(self, registry):
+        registry.register("FAKE", priority=5)
+
+    @hookimpl
+    def tinycore_device_capabilities(self, name):
+        self.asked += 1
+        return self.declared if name == "FAKE" else None
+
+
+def test_declared_capabilities_come_from_the_hook_and_win(monkeypatch):
     declared = DeviceCapabilities(dtypes=frozenset({dtypes.uint8}), features=frozenset({"x"}))
-    assert make_fake(capabilities=declared).capabilities is declared
+    plugin = CapabilitiesPlugin(declared)
+    manager = PluginManager(entry_points=[])
+    manager.register_plugin(plugin, "FAKE", distribution="tinycore-fake", version="0.1.0")
+    monkeypatch.setattr(manager_module, "_manager", manager)
+    dev = make_fake()
+    assert dev.capabilities is declared and dev.capabilities is declared and plugin.asked == 1  # asked once
+    plugin.declared = None  # a plugin answering None: derived from the renderer
+    assert make_fake().capabilities.dtypes == frozenset({dtypes.float16, dtypes.int32, dtypes.bool})
     assert Compiled("X", PythonAllocator(), None, None, None).capabilities.dtypes == frozenset()
+
+
+def test_compiled_takes_no_second_capabilities_declaration():
+    with pytest.raises(TypeError):
+        make_fake(capabilities=DeviceCapabilities(dtypes=frozenset()))
 
 
 def test_is_dtype_supported_consults_the_device(monkeypatch):

@@ -40,6 +40,7 @@ RENDERER_ATTRIBUTES = (
     "row_reduce_bytes",
     "threads",
     "max_vector_access",
+    "extra_rules",
 )
 
 

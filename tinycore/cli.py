@@ -133,13 +133,56 @@ def add_doctor_check(check: DoctorCheck, *, after: str | None = None) -> None:
     DOCTOR_CHECKS.insert(index + 1, check)
 
 
+def _plugin_check(check: DoctorCheck, label: str, maintainers: str) -> DoctorCheck:
+    """`check` from the plugin `label`, failing with a line naming that plugin when it raises anything unexpected."""
+    from tinycore.errors import DeviceError
+
+    def run(ctx: DoctorContext) -> str:
+        try:
+            return check.run(ctx)
+        except (CheckFailed, CheckSkipped, DeviceError):
+            raise
+        except Exception as exc:  # a plugin's bug: say whose
+            raise CheckFailed(
+                f"the check {check.name!r} of {label} raised {type(exc).__name__}: {exc}",
+                f"report this to the maintainers of {maintainers}",
+            ) from exc
+
+    return DoctorCheck(check.name, run)
+
+
+def doctor_checks(manager: PluginManager) -> list[DoctorCheck]:
+    """Core's `DOCTOR_CHECKS`, then every plugin's ``tinycore_doctor_checks`` answer, in plugin order (collected like
+    every collect hook: a hook that raises is skipped with a RuntimeWarning). An answer that is not a list of
+    `DoctorCheck`s becomes a check failing on every device, naming the plugin."""
+    checks = list(DOCTOR_CHECKS)
+    for rec, answer in manager.collect("tinycore_doctor_checks"):
+        maintainers = rec.distribution or rec.module
+        items = answer if isinstance(answer, (list, tuple)) else [answer]
+        for item in items:
+            if isinstance(item, DoctorCheck):
+                checks.append(_plugin_check(item, rec.label, maintainers))
+            else:
+                reason = f"tinycore_doctor_checks of {rec.label} answered {item!r}, not a DoctorCheck"
+                checks.append(DoctorCheck(f"{rec.name} doctor checks", _failing(reason, maintainers)))
+    return checks
+
+
+def _failing(reason: str, fix_target: str) -> Callable[[DoctorContext], str]:
+    def run(ctx: DoctorContext) -> str:
+        raise CheckFailed(reason, f"report this to the maintainers of {fix_target}")
+
+    return run
+
+
 def run_checks(name: str, manager: PluginManager, checks: Sequence[DoctorCheck] | None = None) -> dict[str, Any]:
-    """Run the doctor checks on device ``name``; a JSON-ready dict with ``status`` PASS or FAIL and each check."""
+    """Run the doctor checks on device ``name`` (default: `doctor_checks`, core's and the plugins'); a JSON-ready
+    dict with ``status`` PASS or FAIL and each check."""
     from tinycore.errors import DeviceError
 
     ctx = DoctorContext(name=name, manager=manager)
     results: list[CheckResult] = []
-    for check in DOCTOR_CHECKS if checks is None else checks:
+    for check in doctor_checks(manager) if checks is None else checks:
         start = time.perf_counter()
         result = CheckResult(check.name, "PASS")
         try:
@@ -287,7 +330,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         names = [] if load_error else manager.device_names()
         names += [rec.name for rec in manager.list_plugins() if rec.name not in names]
-    reports = [_strict_failure(name, load_error) if load_error else run_checks(name, manager) for name in names]
+    checks = doctor_checks(manager) if load_error is None else []
+    reports = [_strict_failure(name, load_error) if load_error else run_checks(name, manager, checks) for name in names]
     default, default_status = None, None
     if not requested:
         try:
@@ -301,7 +345,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if default is not None:
             match = next((r for r in reports if r["device"] == default), None)
             if match is None:
-                match = run_checks(default, manager)
+                match = run_checks(default, manager, checks)
                 reports.append(match)
             default_status = match["status"]
         ok = default_status == "PASS"

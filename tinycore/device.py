@@ -506,7 +506,8 @@ class Compiled:
       `device` is this object; ``compiled.runtime(name, lib)`` is that class with this device bound (`program_class`
       is the class);
     - `graph`: a `GraphRunner` subclass for batched JIT replay, or None;
-    - `capabilities`: what the family supports (given, else derived from the renderer and allocator).
+    - `capabilities`: what the family supports: the owning plugin's ``tinycore_device_capabilities`` answer (the
+      one way a plugin declares them), else derived from the renderer and allocator.
 
     Subclasses override `synchronize` (wait for all queued work) and add device properties.
     """
@@ -519,8 +520,6 @@ class Compiled:
         compiler: Compiler | None,
         runtime: Callable[[Compiled, str, bytes], Program] | None,
         graph: type[GraphRunner] | None = None,
-        *,
-        capabilities: DeviceCapabilities | None = None,
     ):
         family, _, ordinal = device.upper().partition(":")
         self.device = family if ordinal in ("", "0") else f"{family}:{int(ordinal)}"
@@ -529,7 +528,7 @@ class Compiled:
         self.runtime: Callable[[str, bytes], Program] | None = (
             functools.partial(runtime, self) if runtime is not None else None
         )
-        self._capabilities = capabilities
+        self._capabilities: DeviceCapabilities | None = None
 
     @property
     def family(self) -> str:
@@ -551,9 +550,16 @@ class Compiled:
 
     @property
     def capabilities(self) -> DeviceCapabilities:
-        """The declared capabilities, or ones derived (once) from the renderer, allocator and graph support."""
+        """The capabilities the owning plugin declares (its ``tinycore_device_capabilities`` hook), else ones derived
+        from the renderer, allocator and graph support; computed once."""
         if self._capabilities is not None:
             return self._capabilities
+        from tinycore.plugin.manager import get_manager
+
+        declared = get_manager().device_capabilities(self.family)
+        if declared is not None:
+            self._capabilities = declared
+            return declared
         r = self.renderer
         if r is None:
             return DeviceCapabilities(dtypes=frozenset())

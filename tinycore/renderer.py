@@ -23,6 +23,7 @@ from tinycore.dtype import ALL_SCALARS, DType
 
 if TYPE_CHECKING:
     from tinycore.uop.ops import UOp
+    from tinycore.uop.patterns import PatternMatcher
 
 Coord = tuple[int, int]
 # layout[lane][element] = (row, col) of the operand matrix that this lane's element holds
@@ -189,7 +190,12 @@ class Renderer:
       (`tinycore.codegen.stash`). 0: such reduces get kernels of their own.
     - `threads`: how many native CPU threads one kernel's ``THREAD`` split (``core_id``) runs on (CPU-style
       renderers); None: ``os.cpu_count()``. It is part of the BEAM cache key;
-    - `max_vector_access`: the widest vector load/store, in lanes, the vectorizer emits (a power of two).
+    - `max_vector_access`: the widest vector load/store, in lanes, the vectorizer emits (a power of two);
+    - `extra_rules`: the device's own rewrite rules, ``{stage: PatternMatcher}``, applied by core to the kernel at the
+      end of each named lowering stage (`tinycore.codegen.REWRITE_STAGES`: ``lower``, ``expand``, ``decompose``,
+      ``linearize``; the last runs just before linearizing). Core fills it from the plugins'
+      ``tinycore_rewrite_rules(stage, device)`` hook when the device is opened; an unknown stage name raises a
+      ValueError naming the renderer and the valid stages.
 
     Every attribute above is declared here with its default, and core reads them as plain attributes: a renderer
     changes a default by assigning the attribute, never by adding a new name core would have to look up.
@@ -217,6 +223,7 @@ class Renderer:
     row_reduce_bytes: int = 0
     threads: int | None = None
     max_vector_access: int = 16  # tinycore.codegen.expander.MAX_ACCESS_WIDTH (not imported: this module stays light)
+    extra_rules: dict[str, PatternMatcher] = {}  # read-only default: subclasses assign their own
 
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text.

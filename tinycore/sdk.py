@@ -10,14 +10,17 @@ What a plugin implements, per device family:
 
 - an entry module (entry point group ``tinycore.devices``) with `hookimpl` hooks: ``tinycore_register_devices``
   (calls `DeviceRegistrar.register`), ``tinycore_probe_device`` (returns a `ProbeResult`), optionally
-  ``tinycore_open_device``, ``tinycore_compile_target``, ``tinycore_device_capabilities`` (a `DeviceCapabilities`),
-  ``tinycore_rewrite_rules`` (a `PatternMatcher`) and ``tinycore_report_info``; `PlaceholderHooks` gives the three
-  hooks of a device that registers its name before it exists;
+  ``tinycore_open_device``, ``tinycore_compile_target``, ``tinycore_device_capabilities`` (a `DeviceCapabilities`:
+  the one place capabilities are declared), ``tinycore_doctor_checks`` (a list of `DoctorCheck`) and
+  ``tinycore_report_info``; `PlaceholderHooks` gives the three hooks of a device that registers its name before it
+  exists;
 - a `Compiled` subclass bundling an `Allocator` (usually an `LRUAllocator`; allocations take a `BufferSpec`), a
   `Renderer` (every attribute core reads is declared on the base, with its meaning and default; ``render(uops,
-  name=None)``), a `Compiler` (source to bytes, disk-cached by core) and a `Program` class (optionally a
+  name=None)``; the ``tinycore_rewrite_rules`` hook's rules reach it as ``extra_rules``), a `Compiler`
+  (source to bytes, disk-cached by core) and a `Program` class (optionally a
   `LaunchableProgram`), plus an optional `GraphRunner` for TinyJit replay (it patches `GraphUpdate`s);
-- optionally doctor checks (`DoctorCheck`, `add_doctor_check`, raising `CheckFailed` / `CheckSkipped`).
+- optionally doctor checks: `DoctorCheck`s returned by the ``tinycore_doctor_checks`` hook, raising `CheckFailed` /
+  `CheckSkipped` (`add_doctor_check` is for code already running inside ``tinycore doctor``).
 
 Names, by topic (classes and functions carry their own documentation):
 

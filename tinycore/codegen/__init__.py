@@ -43,6 +43,7 @@ __all__ = [
     "Kernel",
     "KernelOptError",
     "Opt",
+    "REWRITE_STAGES",
     "OptOps",
     "get_kernel",
     "get_program",
@@ -134,6 +135,30 @@ def _decompose(sink: UOp, renderer: Renderer) -> UOp:
     return graph_rewrite(sink, decomposition_rules(frozenset(renderer.native_ops)), name="decompositions")
 
 
+# the lowering stages a renderer's `extra_rules` may name: each runs its rules at the end of that stage
+REWRITE_STAGES: tuple[str, ...] = ("lower", "expand", "decompose", "linearize")
+
+
+def _apply_extra_rules(sink: UOp, renderer: Renderer | None, stage: str) -> UOp:
+    """`sink` rewritten with ``renderer.extra_rules[stage]`` (unchanged when there are none). An unknown stage name
+    in `extra_rules` raises a ValueError naming the renderer, its device and the valid stages."""
+    rules = renderer.extra_rules if renderer is not None else None
+    if not rules:
+        return sink
+    unknown = sorted(set(rules) - set(REWRITE_STAGES))
+    if unknown:
+        raise ValueError(
+            f"{type(renderer).__module__}.{type(renderer).__name__} (device {renderer.device}) declares extra_rules "
+            f"for unknown lowering stage(s) {', '.join(map(repr, unknown))}; valid stages: {', '.join(REWRITE_STAGES)}"
+        )
+    pm = rules.get(stage)
+    if pm is None:
+        return sink
+    from tinycore.uop.patterns import graph_rewrite
+
+    return graph_rewrite(sink, pm, name=f"{renderer.device} extra_rules[{stage}]")
+
+
 def _keep_all_buffer_args(uops: list[UOp], ast: UOp | None) -> list[UOp]:
     """`uops` with a `DEFINE_GLOBAL` for every buffer argument of `ast`, in argument order, first.
 
@@ -161,7 +186,7 @@ def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
         from tinycore.codegen.stash import stash_reduce_values
 
         sink = stash_reduce_values(sink, renderer.row_reduce_bytes)
-    k = Kernel(sink, renderer)
+    k = Kernel(_apply_extra_rules(sink, renderer, "lower"), renderer)
     k.ast = ast
     return k
 
@@ -212,14 +237,15 @@ def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
     if name is None:
         name = _unique_name(k.name, k.ast if k.ast is not None else k.base_sink)
     start = _clock()
-    sink = k.get_optimized_sink()
+    sink = _apply_extra_rules(k.get_optimized_sink(), renderer, "expand")
     start = _stage_done("expand", start)
-    sink = _decompose(sink, renderer)
+    sink = _apply_extra_rules(_decompose(sink, renderer), renderer, "decompose")
     start = _stage_done("decompose", start)
     if not IGNORE_OOB:
         _check_bounds(sink)
     estimates = estimate(sink, k.global_size, k.local_size)
-    uops = _keep_all_buffer_args(linearize(lower_index_dtype(sink, renderer.index_bits)), k.ast)
+    sink = _apply_extra_rules(lower_index_dtype(sink, renderer.index_bits), renderer, "linearize")
+    uops = _keep_all_buffer_args(linearize(sink), k.ast)
     if SPEC >= 1:
         from tinycore.uop.spec import type_verify
 

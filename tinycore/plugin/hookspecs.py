@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from tinycore.cli import DoctorCheck
     from tinycore.device import Compiled
     from tinycore.dtype import DType
     from tinycore.renderer import Renderer
@@ -83,11 +84,20 @@ class DeviceHookSpecs:
 
     @hookspec(firstresult=True)
     def tinycore_device_capabilities(self, name: str) -> DeviceCapabilities | None:
-        """The capabilities of device family ``name``; None if not yours."""
+        """The capabilities of device family ``name``; None if not yours. The one place a plugin declares them:
+        ``Compiled.capabilities`` returns this answer, and derives capabilities from the renderer only when the
+        owning plugin answers None (or does not implement the hook)."""
 
     @hookspec
     def tinycore_rewrite_rules(self, stage: str, device: str) -> PatternMatcher | None:
-        """Extra rewrite rules for the named lowering ``stage`` on ``device`` (all results are combined)."""
+        """Extra rewrite rules for the named lowering ``stage`` (``tinycore.codegen.REWRITE_STAGES``) of kernels
+        for device family ``device``; None if none. Collected from every plugin when a device is opened (all results
+        are combined) and run by core at the end of that stage (`Renderer.extra_rules` carries them)."""
+
+    @hookspec
+    def tinycore_doctor_checks(self) -> list[DoctorCheck] | None:
+        """Extra ``tinycore doctor`` checks (`DoctorCheck`), run on every device after core's own; a check that does
+        not apply to a device raises ``CheckSkipped``. Collected from every plugin once per doctor run."""
 
     @hookspec
     def tinycore_report_info(self, name: str) -> dict[str, str] | None:

@@ -53,6 +53,7 @@ from tinycore.plugin.hookspecs import (
     ENTRY_POINT_GROUP,
     PLUGIN_API_VERSION,
     PROJECT_NAME,
+    DeviceCapabilities,
     DeviceHookSpecs,
     ProbeResult,
 )
@@ -494,7 +495,7 @@ class PluginManager:
 
     @property
     def hook(self) -> Any:
-        """pluggy's hook relay, for core code calling collect hooks such as ``tinycore_rewrite_rules``."""
+        """pluggy's hook relay, for core code calling collect hooks such as ``tinycore_doctor_checks``."""
         self.load()
         return self._pm.hook
 
@@ -809,6 +810,16 @@ class PluginManager:
                 fix=f"report this to the maintainers of {entry.record.distribution or entry.record.module}",
             ) from exc
 
+    def device_capabilities(self, family: str) -> DeviceCapabilities | None:
+        """The ``tinycore_device_capabilities`` answer of the plugin owning ``family`` (None: no such family, or the
+        plugin declares none; core then derives them from the device's renderer). A raising hook is a
+        `DevicePluginError` naming the plugin."""
+        self.load()
+        family = self._aliases.get(family, family)
+        if family not in self._devices or family in self._conflicts:
+            return None
+        return self.call_device_hook(family, "tinycore_device_capabilities", name=family)
+
     def collect(self, hook_name: str, **kwargs: Any) -> list[tuple[PluginRecord, Any]]:
         """Call a collect hook on every loaded plugin, isolating failures: ``[(record, result), ...]``.
 
@@ -1025,7 +1036,32 @@ class PluginManager:
                 version=rec.version,
                 fix=f"report this to the maintainers of {rec.distribution or rec.module}",
             )
+        self._install_rewrite_rules(device, entry.name)
         return device
+
+    def _install_rewrite_rules(self, device: Any, family: str) -> None:
+        """Collect every plugin's ``tinycore_rewrite_rules(stage, device)`` for each lowering stage and hand the
+        combined rules to the device's renderer (`Renderer.extra_rules`, which core applies at those stages)."""
+        renderer = getattr(device, "renderer", None)
+        if renderer is None or not any(hasattr(r.plugin, "tinycore_rewrite_rules") for r in self.list_plugins()):
+            return
+        from tinycore.codegen import REWRITE_STAGES
+        from tinycore.uop.patterns import PatternMatcher
+
+        rules = dict(renderer.extra_rules)
+        for stage in REWRITE_STAGES:
+            for rec, answer in self.collect("tinycore_rewrite_rules", stage=stage, device=family):
+                if not isinstance(answer, PatternMatcher):
+                    raise DevicePluginError(
+                        f"tinycore_rewrite_rules of {rec.label} returned {type(answer).__name__} for stage {stage!r}, "
+                        "not a PatternMatcher",
+                        device=family,
+                        distribution=rec.distribution,
+                        version=rec.version,
+                        fix=f"report this to the maintainers of {rec.distribution or rec.module}",
+                    )
+                rules[stage] = rules[stage] + answer if stage in rules else answer
+        renderer.extra_rules = rules
 
     def default_device(self) -> str:
         """``DEV`` (validated, never silently replaced) or the highest-priority family whose probe passes."""

@@ -251,5 +251,4 @@ class PythonDevice(Compiled):
             PythonCompiler(),
             PythonProgram,
             SequentialGraphRunner,
-            capabilities=python_capabilities(),
         )

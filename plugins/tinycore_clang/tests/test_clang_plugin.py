@@ -92,12 +92,14 @@ def test_capabilities_declare_every_dtype_and_threads():
     assert {"threads", "transfer", "views", "zero_copy"} <= caps.features and caps.limits["threads"] >= 1
 
 
-def test_doctor_check_is_installed_once():
-    from tinycore.cli import DOCTOR_CHECKS
+def test_doctor_check_arrives_through_the_hook_and_skips_other_devices():
+    from tinycore.cli import DOCTOR_CHECKS, CheckSkipped, DoctorCheck, DoctorContext
 
-    plugin._install_doctor_check()
-    plugin._install_doctor_check()
-    assert [c.name for c in DOCTOR_CHECKS].count(plugin.DOCTOR_CHECK_NAME) == 1
+    checks = plugin.tinycore_doctor_checks()
+    assert [type(c) for c in checks] == [DoctorCheck] and checks[0].name == plugin.DOCTOR_CHECK_NAME
+    assert plugin.DOCTOR_CHECK_NAME not in [c.name for c in DOCTOR_CHECKS]  # nothing installed behind core's back
+    with pytest.raises(CheckSkipped):
+        checks[0].run(DoctorContext(name="PYTHON", manager=None))
 
 
 def test_core_opens_clang_when_a_compiler_exists():

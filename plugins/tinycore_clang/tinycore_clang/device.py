@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from tinycore.sdk import ALL_SCALARS, Compiled, CompileError, DeviceCapabilities, DeviceUnavailableError
+from tinycore.sdk import Compiled, CompileError, DeviceUnavailableError
 from tinycore_clang import __version__, toolchain
 from tinycore_clang.allocator import ClangAllocator
 from tinycore_clang.compiler import ClangCompiler
@@ -71,15 +71,6 @@ def backend_from_env(env: dict[str, str] | None = None) -> str:
     if value not in BACKENDS:
         raise ValueError(f"{BACKEND_ENV}={value!r}: expected one of {', '.join(BACKENDS)} or {AUTO}")
     return value
-
-
-def clang_capabilities(threads: int | None = None) -> DeviceCapabilities:
-    """What CLANG supports: every scalar dtype, vector types, views, zero-copy host access, transfers, threads."""
-    return DeviceCapabilities(
-        dtypes=frozenset(ALL_SCALARS),
-        features=frozenset({"float4", "multi_device", "transfer", "views", "zero_copy", "threads"}),
-        limits={"threads": threads if threads is not None else toolchain.default_thread_count()},
-    )
 
 
 class ClangDevice(Compiled):
@@ -134,7 +125,6 @@ class ClangDevice(Compiled):
             compiler,
             ClangProgram,
             ClangGraph,
-            capabilities=clang_capabilities(self.threads),
         )
 
     def synchronize(self) -> None:

@@ -11,7 +11,6 @@ host CPU), which is what multi-device code and its tests need on one machine.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 from tinycore.sdk import DeviceCapabilities, ProbeResult, hookimpl
@@ -32,27 +31,19 @@ def _is_clang(name: str) -> bool:
     return name.upper().partition(":")[0] == DEVICE
 
 
-def _install_doctor_check() -> None:
-    """Add the CLANG kernel smoke test to ``tinycore doctor`` (once per process; it skips other devices).
+def _run_smoke_test(ctx: Any) -> str:
+    """The CLANG kernel smoke test (imported lazily; it skips devices that are not CLANG)."""
+    from tinycore_clang.doctor import smoke_test
 
-    Called when a CLANG device is opened in a process that runs the doctor (``tinycore.cli`` already imported), so
-    the checks of other devices are unchanged unless CLANG is being checked too.
-    """
-    try:
-        from tinycore.sdk import DOCTOR_CHECKS, DoctorCheck, add_doctor_check
-    except ImportError:  # an older core without the doctor API
-        return
-    if any(check.name == DOCTOR_CHECK_NAME for check in DOCTOR_CHECKS):
-        return
+    return smoke_test(ctx)
 
-    def run(ctx: Any) -> str:
-        """The check itself (imports the smoke test lazily)."""
-        from tinycore_clang.doctor import smoke_test
 
-        return smoke_test(ctx)
+@hookimpl
+def tinycore_doctor_checks() -> list[Any]:
+    """The CLANG kernel smoke test for ``tinycore doctor`` (run after core's checks; other devices skip it)."""
+    from tinycore.sdk import DoctorCheck
 
-    after = "alloc/copy" if any(check.name == "alloc/copy" for check in DOCTOR_CHECKS) else None
-    add_doctor_check(DoctorCheck(DOCTOR_CHECK_NAME, run), after=after)
+    return [DoctorCheck(DOCTOR_CHECK_NAME, _run_smoke_test)]
 
 
 @hookimpl
@@ -120,8 +111,6 @@ def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
     """Build ``CLANG`` (ordinal 0) or ``CLANG:n``."""
     if not _is_clang(name):
         return None
-    if "tinycore.cli" in sys.modules:  # `tinycore doctor`: add the kernel smoke test
-        _install_doctor_check()
     from tinycore_clang.device import ClangDevice
 
     return ClangDevice(DEVICE if ordinal == 0 else f"{DEVICE}:{ordinal}")
