@@ -235,7 +235,7 @@ def _build_deferred(deferred: _DeferredOp | _DeferredBuffer) -> UOp:
         source = item.source
         value = source if type(source) is not _DeferredOp else source.node
         node = UOp(item.op, item.dtype, (item.operand, value) if item.reverse else (value, item.operand))
-        if item.leaf not in _written_leaves:  # else the chain's cached schedule would read the new contents
+        if not _written_leaves or id(item.leaf) not in _written_leaves:  # else its cached schedule reads new contents
             note_chain_node(node, item.chain_id, item.leaf)
         item.node = node
         _live_add(item)  # a built node reads its leaf: an in-place write into it must compute the node first
@@ -410,75 +410,70 @@ def _view_base(u: UOp) -> UOp:
 # lazy values read before an in-place write (PyTorch's evaluation order; see `tinycore.engine.live`)
 
 
-_written_leaves: set[UOp] = set()  # leaves of deferred chains that an in-place write changed under them
+_written_leaves: set[int] = set()  # ids of leaves of deferred chains an in-place write changed under them (an id
+# reused later only sends a chain down the general path: never wrong, and no UOp is kept alive)
 
 
 def _readers_of(
     written: list[Any], roots: Sequence[UOp]
 ) -> tuple[list[UOp], Callable[[list[UOp | None]], None]] | None:
-    """The live lazy tensors whose value reads the old contents of the buffers `written` (ASSIGN targets of the
-    schedule being made for `roots`): their uops, to be scheduled with `roots` (reads come before the writes),
-    and a callback that gives each tensor its new uop. A view of a buffer (``b = a[0:2]``) is not a reader: like
-    a PyTorch view, it aliases the buffer and sees the write. Inside a TinyJit capture, readers made before the
-    capture are computed at once, outside it (they are not part of the captured function)."""
+    """The live lazy values that read the old contents of the buffers `written` (ASSIGN targets of the schedule
+    being made for `roots`): their uops, to be scheduled with `roots` (reads come before the writes), and a callback
+    that gives each holder its new uop. Holders are tensors and deferred ops (`_DeferredOp`: a chain's first op, or
+    one already built; the ops deferred on top of it, built later, then start from its buffer). A view of a buffer
+    (``b = a[0:2]``) is not a reader: like a PyTorch view, it aliases the buffer and sees the write. Inside a TinyJit
+    capture, readers made before the capture are computed at once, outside it (not part of the captured function)."""
     from tinycore.engine.realize import capture_start
 
     targets = {b.base for b in written}
     seen = set(roots)
     memo: dict[UOp, bool] = {}
     start = capture_start()
-    found: dict[UOp, list[Any]] = {}
-    outside: list[Tensor] = []
-    for number, t in live.since():
-        if type(t) is _DeferredOp:
-            # a chain's first op, or a built op: its node (built now if need be) is computed before the write, and
-            # the ops deferred on top of it, built later, start from that buffer instead of the chain's leaf
-            if (t.node is None and type(t.source) is _DeferredOp) or not _reads_buffers(
-                t.node if t.node is not None else t.source, targets, memo
-            ):
+    inside: dict[UOp, list[Any]] = {}  # uop -> its holders
+    outside: dict[UOp, list[Any]] = {}
+    for number, holder in live.since():
+        if type(holder) is _DeferredOp:
+            source = holder.node if holder.node is not None else holder.source
+            if type(source) is _DeferredOp or not _reads_buffers(source, targets, memo):
                 continue
-            _written_leaves.add(t.leaf)
-            u = _build_deferred(t)
-            if u not in found and u not in seen:
-                found[u] = []
-            if u in found:
-                found[u].append(t)
-            continue
-        deferred = t._deferred
-        if deferred is not None or type(t.device) is not str:
-            continue  # computed already (`_DeferredBuffer`), or on a chain whose first op is handled above
-        u = t.uop
-        if u in found:
-            found[u].append(t)
-            continue
-        if u in seen or _view_base(u).op is Ops.BUFFER or not _reads_buffers(u, targets, memo):
-            continue
-        if start is not None and number < start:
-            outside.append(t)
-            seen.add(u)
+            _written_leaves.add(id(holder.leaf))
+            u = _build_deferred(holder)
         else:
-            found[u] = [t]
+            if holder._deferred is not None or type(holder.device) is not str:
+                continue  # computed already (`_DeferredBuffer`), or on a chain whose first op is handled above
+            u = holder.uop
+            if u not in inside and u not in outside and (_view_base(u).op is Ops.BUFFER or u in seen):
+                continue
+            if u not in inside and u not in outside and not _reads_buffers(u, targets, memo):
+                continue
+        if u in seen and u not in inside and u not in outside:
+            continue
+        group = outside if start is not None and number < start and u not in inside else inside
+        group.setdefault(u, []).append(holder)
     if outside:
         from tinycore.helpers import Context
 
+        values = [Tensor(u) for u in outside]
         with Context(CAPTURING=0):
-            Tensor.realize(*outside)
-    if not found:
+            Tensor.realize(*values)
+        _give_new_uops(outside, [v.uop for v in values])
+    if not inside:
         return None
+    return list(inside), lambda new_uops: _give_new_uops(inside, new_uops)
 
-    def deliver(new_uops: list[UOp | None]) -> None:
-        for tensors, new in zip(found.values(), new_uops):
-            if new is None:
+
+def _give_new_uops(holders: dict[UOp, list[Any]], new_uops: Sequence[UOp | None]) -> None:
+    """Point every holder (tensor or deferred op) of each old uop at its computed value."""
+    for group, new in zip(holders.values(), new_uops):
+        if new is None:
+            continue
+        for holder in group:
+            if type(holder) is _DeferredOp:
+                holder.node = new
                 continue
-            for t in tensors:
-                if type(t) is _DeferredOp:
-                    t.node = new
-                    continue
-                if _grad_tensors.data:
-                    note_realized(t, new)
-                t.uop = new
-
-    return list(found), deliver
+            if _grad_tensors.data:
+                note_realized(holder, new)
+            holder.uop = new
 
 
 def _reads_buffers(root: UOp, targets: set[Any], memo: dict[UOp, bool]) -> bool:
@@ -788,7 +783,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
                 if deferred is not None:
                     if type(deferred) is _DeferredBuffer:
                         return self
-                    if not deferred.extended and not _grad_tensors.data and deferred.leaf not in _written_leaves:
+                    if (
+                        not deferred.extended
+                        and not _grad_tensors.data
+                        and (not _written_leaves or id(deferred.leaf) not in _written_leaves)
+                    ):
                         # a chain of deferred ops nothing else holds (else it is built below, so the realized table
                         # serves the graphs that hold it), and no autograd history to remember: its cached schedule
                         # runs without building the chain, into a buffer whose uop is made when someone asks

@@ -184,3 +184,26 @@ def test_a_realized_view_made_by_an_op_is_not_a_reader():
     r = (a + 1).realize()  # a buffer now: nothing to compute before the write
     a.assign(a * 0).realize()
     assert r.numpy().tolist() == [2.0, 3.0, 4.0]
+
+
+def test_a_deferred_eager_chain_made_before_a_tinyjit_capture_keeps_its_value():
+    from tinycore import tensor as tensor_module
+
+    w = _buf([1.0, 2.0, 3.0])
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        loss = (w * x).sum()
+        w.assign(w + x).realize()
+        return loss
+
+    ones = Tensor([1.0, 1.0, 1.0])
+    losses = [step(ones).item()]  # the first call runs eagerly; the second captures
+    for _ in range(3):  # warm: scalar ops on w then take the deferred eager path
+        (w * 3.0 + 1.0).realize()
+    before = w * 3.0 + 1.0  # made before the capture, read after the replays
+    assert type(before._deferred) is tensor_module._DeferredOp
+    losses += [step(ones).item() for _ in range(3)]
+    np.testing.assert_allclose(losses, [6.0, 9.0, 12.0, 15.0], rtol=1e-6)
+    np.testing.assert_allclose(before.numpy(), [7.0, 10.0, 13.0], rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), [5.0, 6.0, 7.0], rtol=1e-6)

@@ -23,44 +23,38 @@ from typing import Any
 
 __all__ = ["add", "compact", "mark", "next_number", "refs", "since"]
 
-_refs: dict[int, weakref.ref] = {}
-_counter = itertools.count()
-_next = _counter.__next__
-_compact_at = [0]
-_ref = weakref.ref
+refs: dict[int, weakref.ref] = {}  # number -> weak reference; the eager hot path writes it directly
+next_number = itertools.count().__next__
+_compact_at = 0  # the number from which `compact` scans again
 
 
 def add(obj: Any) -> None:
     """Register `obj` (weakly); called for every tensor an op makes, so it is kept to a few dict operations. The
     eager hot path inlines it as ``n = next_number(); refs[n] = weakref.ref(obj); if not n & 4095: compact(n)``."""
-    n = _next()
-    _refs[n] = _ref(obj)
+    n = next_number()
+    refs[n] = weakref.ref(obj)
     if not n & 4095:
         compact(n)
 
 
 def compact(n: int) -> None:
     """Drop the dead references, at most once per as many registrations as there are live ones (amortized O(1))."""
-    if n < _compact_at[0]:
+    global _compact_at
+    if n < _compact_at:
         return
-    dead = [k for k, r in _refs.items() if r() is None]
-    for k in dead:
-        del _refs[k]
-    _compact_at[0] = n + 2 * len(_refs)
-
-
-refs = _refs
-next_number = _next
+    for k in [k for k, r in refs.items() if r() is None]:
+        del refs[k]
+    _compact_at = n + 2 * len(refs)
 
 
 def mark() -> int:
     """A number below every object registered from now on (and above every one registered before)."""
-    return _next()
+    return next_number()
 
 
 def since(start: int = 0) -> Iterator[tuple[int, Any]]:
     """``(number, object)`` of every live registered object numbered `start` or later, oldest first."""
-    for n, r in list(_refs.items()):
+    for n, r in list(refs.items()):
         if n >= start:
             obj = r()
             if obj is not None:

@@ -1045,7 +1045,7 @@ class _Scheduler:
                     ok = False
             if ok and self.consumers[u]:
                 out.add(u)
-                passes[u] = passes[u.src[0]] + 1
+                passes[u] = (passes[u.src[0]] if u.src[0] not in self.points else 0) + 1
                 if passes[u] > _MAX_ROW_PASSES:
                     # a stack of row functions (softmax of a softmax...): each later pass would recompute every
                     # layer before it, cost quadratic in depth. The value the reduce reads is realized instead.

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from tinycore.cli import DoctorCheck
     from tinycore.device import Compiled
     from tinycore.dtype import DType
     from tinycore.renderer import Renderer
@@ -95,8 +94,9 @@ class DeviceHookSpecs:
         are combined) and run by core at the end of that stage (`Renderer.extra_rules` carries them)."""
 
     @hookspec
-    def tinycore_doctor_checks(self) -> list[DoctorCheck] | None:
-        """Extra ``tinycore doctor`` checks (`DoctorCheck`), run on every device after core's own; a check that does
+    def tinycore_doctor_checks(self) -> list[Any] | None:
+        """Extra ``tinycore doctor`` checks (`tinycore.cli.DoctorCheck`; typed Any here because the CLI imports this
+        module), run on every device after core's own; a check that does
         not apply to a device raises ``CheckSkipped``. Collected from every plugin once per doctor run."""
 
     @hookspec
