@@ -146,3 +146,18 @@ def test_renderer_reduce_names_family_and_arch():
 
     func, args = R("sm_90").__reduce__()
     assert func.__name__ == "_rebuild_renderer" and args == ("FAKE", "sm_90")
+
+
+def test_a_dtype_the_renderer_does_not_declare_is_refused_before_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from tinycore.device import Device
+    from tinycore.dtype import dtypes
+    from tinycore.errors import UnsupportedDTypeError
+    from tinycore.tensor import Tensor
+
+    renderer = Device["PYTHON"].renderer
+    monkeypatch.setattr(renderer, "supported_dtypes", renderer.supported_dtypes - {dtypes.float16})
+    with pytest.raises(UnsupportedDTypeError, match=r"device PYTHON does not support dtypes.half.*\.cast\("):
+        (Tensor(np.ones(3, np.float16), device="PYTHON") * 3).numpy()
+    assert (Tensor(np.ones(3, np.float32), device="PYTHON") * 3).numpy().tolist() == [3.0, 3.0, 3.0]

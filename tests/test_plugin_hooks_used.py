@@ -174,3 +174,56 @@ def test_an_answer_that_is_not_a_check_fails_naming_the_plugin():
     report = run_checks("PYTHON", manager, [c for c in checks if c.name not in CORE_CHECKS])
     assert report["status"] == "FAIL" and "tinycore-doctored 0.3.0" in report["reason"]
     assert "not a DoctorCheck" in report["reason"]
+
+
+# ----- what a plugin hands core is checked
+
+
+class BadPartsPlugin:
+    """Registers BADPARTS; its compile target and its opened device carry `renderer` (anything)."""
+
+    TINYCORE_PLUGIN_API = (1, 0)
+
+    def __init__(self, renderer):
+        self.renderer = renderer
+
+    @hookimpl
+    def tinycore_register_devices(self, registry):
+        registry.register("BADPARTS", priority=5)
+
+    @hookimpl
+    def tinycore_probe_device(self, name):
+        return ProbeResult(ok=True)
+
+    @hookimpl
+    def tinycore_open_device(self, name, ordinal):
+        renderer = self.renderer
+
+        class Opened:
+            compiler = None
+
+        Opened.renderer = renderer
+        return Opened()
+
+    @hookimpl
+    def tinycore_compile_target(self, name, arch):
+        return (self.renderer, None)
+
+
+def bad_parts_manager(renderer) -> PluginManager:
+    manager = PluginManager(entry_points=[])
+    manager.register_plugin(BadPartsPlugin(renderer), "BADPARTS", distribution="tinycore-badparts", version="0.2.0")
+    return manager
+
+
+def test_a_compile_target_that_is_not_a_renderer_names_the_device_and_the_plugin():
+    with pytest.raises(DevicePluginError, match=r"(?s)tinycore_compile_target of .*tinycore-badparts.*Renderer"):
+        bad_parts_manager("a string").compile_target("BADPARTS", None)
+    renderer, compiler = bad_parts_manager(PythonRenderer()).compile_target("BADPARTS", None)
+    assert isinstance(renderer, PythonRenderer) and compiler is None
+
+
+def test_an_opened_device_with_a_renderer_of_the_wrong_type_names_the_device_and_the_plugin():
+    with pytest.raises(DevicePluginError, match=r"(?s)opened BADPARTS with a renderer of type dict.*tinycore-badparts"):
+        bad_parts_manager({}).open_device("BADPARTS")
+    assert isinstance(bad_parts_manager(PythonRenderer()).open_device("BADPARTS").renderer, PythonRenderer)

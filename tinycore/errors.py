@@ -108,6 +108,11 @@ class CompileError(TinycoreError, RuntimeError):
     """A device compiler rejected generated source (the message carries the compiler output)."""
 
 
+class UnsupportedDTypeError(TinycoreError, TypeError):
+    """A kernel needs a dtype its device's renderer does not declare (``Renderer.supported_dtypes``): raised before
+    anything is compiled, naming the device, the dtype and what the device does support."""
+
+
 class JitError(TinycoreError, RuntimeError):
     """A ``TinyJit`` replay does not match its capture (shapes, dtypes, devices), or capture itself failed."""
 

@@ -30,7 +30,10 @@ Names, by topic (classes and functions carry their own documentation):
   `ENTRY_POINT_GROUP` (``"tinycore.devices"``);
 - the device: `Compiled`, `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`, `Device` (the registry of opened
   devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`;
-- code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, `disk_get` / `disk_put` (core's
+- code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, the C-family renderer base
+  (`CStyleRenderer`, `CDialect`, `KernelWriter`, `CRenderError`, `index_only_values`: a plugin for a C-family
+  language declares a dialect table instead of writing a renderer), `kernel_function_name` / `c_identifier` (the
+  name a renderer gives a kernel), `disk_get` / `disk_put` (core's
   disk cache, for compilers caching more than `Compiler.compile_cached` does);
 - the IR a renderer reads: `UOp`, `Ops`, `GroupOp`, `AxisType`, `UPat`, `PatternMatcher`, `DType`, `PtrDType`,
   `AddrSpace`, `dtypes`, `ALL_SCALARS` (every scalar dtype, a tuple);
@@ -92,7 +95,8 @@ if TYPE_CHECKING:
     )
     from tinycore.plugin.manager import DeviceRegistrar
     from tinycore.plugin.placeholder import PlaceholderHooks
-    from tinycore.renderer import Estimates, ProgramSpec, Renderer, TensorCore
+    from tinycore.renderer import Estimates, ProgramSpec, Renderer, TensorCore, c_identifier, kernel_function_name
+    from tinycore.renderer.cstyle import CDialect, CRenderError, CStyleRenderer, KernelWriter, index_only_values
     from tinycore.runtime.compiler import Compiler
     from tinycore.runtime.disk_cache import disk_get, disk_put
     from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
@@ -122,6 +126,13 @@ _EXPORTS: dict[str, str] = {
     "TensorCore": "tinycore.renderer",
     "ProgramSpec": "tinycore.renderer",
     "Estimates": "tinycore.renderer",
+    "c_identifier": "tinycore.renderer",
+    "kernel_function_name": "tinycore.renderer",
+    "CStyleRenderer": "tinycore.renderer.cstyle",
+    "CDialect": "tinycore.renderer.cstyle",
+    "CRenderError": "tinycore.renderer.cstyle",
+    "KernelWriter": "tinycore.renderer.cstyle",
+    "index_only_values": "tinycore.renderer.cstyle",
     "Compiler": "tinycore.runtime.compiler",
     "disk_get": "tinycore.runtime.disk_cache",
     "disk_put": "tinycore.runtime.disk_cache",
@@ -173,6 +184,9 @@ __all__ = [
     "Buffer",
     "BufferSpec",
     "CheckFailed",
+    "CDialect",
+    "CRenderError",
+    "CStyleRenderer",
     "CheckSkipped",
     "CompileError",
     "Compiled",
@@ -194,6 +208,7 @@ __all__ = [
     "GraphRunner",
     "GraphUpdate",
     "GroupOp",
+    "KernelWriter",
     "LRUAllocator",
     "LaunchableProgram",
     "Ops",
@@ -210,10 +225,13 @@ __all__ = [
     "UOp",
     "UPat",
     "add_doctor_check",
+    "c_identifier",
     "disk_get",
     "disk_put",
     "dtypes",
     "hookimpl",
+    "index_only_values",
+    "kernel_function_name",
     "parse_env",
 ]
 

@@ -207,11 +207,30 @@ def _check_bounds(sink: UOp) -> None:
                     )
 
 
+def _check_dtypes(ast: UOp, renderer: Renderer) -> None:
+    """Raise `UnsupportedDTypeError` when the kernel `ast` uses a dtype the renderer does not declare
+    (``Renderer.supported_dtypes``): the device's compiler would reject it with a less helpful message, or accept it."""
+    from tinycore.dtype import PtrDType, dtypes
+    from tinycore.errors import UnsupportedDTypeError
+
+    supported = renderer.supported_dtypes
+    used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in ast.toposort()}
+    missing = sorted((d for d in used - supported if d not in (dtypes.void, dtypes.index)), key=lambda d: d.name)
+    if missing:
+        device, names = renderer.device or type(renderer).__name__, ", ".join(repr(d) for d in missing)
+        have = ", ".join(sorted(repr(d) for d in supported))
+        raise UnsupportedDTypeError(
+            f"device {device} does not support {names}, which a kernel needs ({device} supports: {have}); cast the "
+            "tensors to a supported dtype (.cast(...)) or run this on another device (DEV=... or .to(...))"
+        )
+
+
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """Lower, optimize (with `opts`, or the default heuristics when None) and linearize the kernel AST `ast` (a
     SINK of STOREs, docs/pipeline.md §2) for `renderer`. The caller renders and compiles the result
     (`CompiledRunner`). Raises `KernelOptError` when an opt doesn't apply, `LoweringError` for a malformed AST."""
     start = _clock()
+    _check_dtypes(ast, renderer)
     k = get_kernel(ast, renderer)
     start = _stage_done("lower", start)
     if opts is None:

@@ -1036,8 +1036,49 @@ class PluginManager:
                 version=rec.version,
                 fix=f"report this to the maintainers of {rec.distribution or rec.module}",
             )
+        self._check_device_parts(device, display, rec)
         self._install_rewrite_rules(device, entry.name)
         return device
+
+    @staticmethod
+    def _check_device_parts(device: Any, display: str, rec: PluginRecord) -> None:
+        """A `DevicePluginError` naming the device and the plugin when the opened device's renderer or compiler is
+        not core's type (a plugin bug that would otherwise surface as an AttributeError deep in code generation)."""
+        from tinycore.renderer import Renderer
+        from tinycore.runtime.compiler import Compiler
+
+        for part, kind in (("renderer", Renderer), ("compiler", Compiler)):
+            value = getattr(device, part, None)
+            if value is not None and not isinstance(value, kind):
+                raise DevicePluginError(
+                    f"{rec.label} opened {display} with a {part} of type {type(value).__name__}, not a "
+                    f"tinycore.sdk.{kind.__name__} subclass",
+                    device=display,
+                    distribution=rec.distribution,
+                    version=rec.version,
+                    fix=f"report this to the maintainers of {rec.distribution or rec.module}",
+                )
+
+    def compile_target(self, family: str, arch: str | None) -> tuple[Any, Any]:
+        """The ``(Renderer, Compiler)`` the plugin owning ``family`` builds for ``arch`` (its
+        ``tinycore_compile_target``), checked: anything else is a `DevicePluginError` naming the plugin."""
+        entry = self.device_entry(family)
+        rec = entry.record
+        target = self.call_device_hook(entry.name, "tinycore_compile_target", name=entry.name, arch=arch)
+        from tinycore.renderer import Renderer
+        from tinycore.runtime.compiler import Compiler
+
+        ok = isinstance(target, tuple) and len(target) == 2
+        if not (ok and isinstance(target[0], Renderer) and (target[1] is None or isinstance(target[1], Compiler))):
+            raise DevicePluginError(
+                f"tinycore_compile_target of {rec.label} returned {target!r} for arch {arch!r}; expected a "
+                "(tinycore.sdk.Renderer, tinycore.sdk.Compiler) tuple",
+                device=entry.name,
+                distribution=rec.distribution,
+                version=rec.version,
+                fix=f"report this to the maintainers of {rec.distribution or rec.module}",
+            )
+        return target
 
     def _install_rewrite_rules(self, device: Any, family: str) -> None:
         """Collect every plugin's ``tinycore_rewrite_rules(stage, device)`` for each lowering stage and hand the

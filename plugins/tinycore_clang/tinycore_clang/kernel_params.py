@@ -16,20 +16,12 @@ produce the same kernel ABI, and this module decides it, so each renderer only s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tinycore.sdk import DType, Ops, PtrDType, UOp, dtypes
+from tinycore.sdk import DType, Ops, PtrDType, UOp, c_identifier, dtypes
 
 ABI_VERSION = 1
-
-
-def c_identifier(name: str) -> str:
-    """`name` made a C (and LLVM) identifier: ANSI colour codes dropped, other characters replaced by ``_``, and a
-    ``k_`` prefix when it would start with a digit (or be empty)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", re.sub(r"\x1b\[[0-9;]*m", "", name))
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
 
 
 def root_buffer(u: UOp) -> UOp | None:

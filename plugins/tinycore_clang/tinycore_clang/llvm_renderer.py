@@ -42,15 +42,14 @@ import platform
 import struct
 from dataclasses import dataclass
 
-from tinycore.sdk import DType, GroupOp, Ops, PtrDType, UOp, dtypes
-from tinycore_clang.kernel_params import KernelParams, c_identifier, kernel_params
+from tinycore.sdk import DType, GroupOp, Ops, PtrDType, UOp, dtypes, kernel_function_name
+from tinycore_clang.kernel_params import KernelParams, kernel_params
 from tinycore_clang.libllvm import find_library, uses_typed_pointers
 from tinycore_clang.renderer import (
     ClangRenderer,
     ClangRenderError,
     _find_index,
     _KernelWriter,
-    _name_from_uops,
     _next_pow2,
     index_only_values,
 )
@@ -247,7 +246,7 @@ class LLVMRenderer(ClangRenderer):
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """The LLVM IR module of one kernel. `name` is the function name; without it the name comes from the
         program's SINK, else ``kernel``. Raises `ClangRenderError` for programs it can't express (``CUSTOM``)."""
-        fname = c_identifier(name or _name_from_uops(uops) or "kernel")
+        fname = kernel_function_name(uops, name)
         return _IRWriter(uops, fname, _is_x86_host(), self.typed_pointers).write()
 
 

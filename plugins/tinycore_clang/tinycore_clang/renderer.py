@@ -43,8 +43,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tinycore.sdk import ALL_SCALARS, AddrSpace, DType, GroupOp, Ops, PtrDType, Renderer, UOp, dtypes
-from tinycore_clang.kernel_params import c_identifier, kernel_params, root_buffer
+from tinycore.sdk import (
+    ALL_SCALARS,
+    AddrSpace,
+    DType,
+    GroupOp,
+    Ops,
+    PtrDType,
+    Renderer,
+    UOp,
+    dtypes,
+    index_only_values,
+    kernel_function_name,
+)
+from tinycore_clang.kernel_params import kernel_params, root_buffer
 from tinycore_clang.toolchain import cpuinfo_flags, default_thread_count
 
 KERNEL_MARKER = "// tinycore-clang kernel "
@@ -287,45 +299,8 @@ class ClangRenderer(Renderer):
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """The C source of one kernel. `name` is the function name; without it the name comes from the program's
         SINK (an arg that is a string or has ``name``/``function_name``), else ``kernel``."""
-        fname = c_identifier(name or _name_from_uops(uops) or "kernel")
+        fname = kernel_function_name(uops, name)
         return _KernelWriter(uops, fname).write()
-
-
-def _name_from_uops(uops: list[UOp]) -> str | None:
-    for u in reversed(uops):
-        if u.op is Ops.SINK and u.arg is not None:
-            if isinstance(u.arg, str):
-                return u.arg
-            for attr in ("function_name", "name"):
-                value = getattr(u.arg, attr, None)
-                if isinstance(value, str) and value:
-                    return value
-    return None
-
-
-def index_only_values(uops: list[UOp]) -> set[UOp]:
-    """The integer values of a program whose every use is address, loop bound or gate arithmetic: both backends
-    render them with signed no-overflow rules (C's ``int`` arithmetic, LLVM's ``nsw``); value arithmetic wraps."""
-    users: dict[UOp, list[tuple[UOp, int]]] = {}
-    for u in uops:
-        for i, s in enumerate(u.src):
-            users.setdefault(s, []).append((u, i))
-    result: set[UOp] = set()
-    for u in reversed(uops):
-        if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.VECTORIZE, Ops.GEP):
-            continue
-        uses = users.get(u, [])
-        if uses and all(_is_index_use(user, i, result) for user, i in uses):
-            result.add(u)
-    return result
-
-
-def _is_index_use(user: UOp, position: int, index_only: set[UOp]) -> bool:
-    if user.op is Ops.INDEX:
-        return position >= 1
-    if user.op in (Ops.RANGE, Ops.SPECIAL, Ops.IF):
-        return True
-    return user in index_only
 
 
 def _unsigned_of(dtype: DType) -> str:

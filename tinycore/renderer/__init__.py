@@ -246,15 +246,40 @@ def _rebuild_renderer(family: str, arch: str | None) -> Renderer:
     (its `tinycore_compile_target` hook; no hardware needed)."""
     from tinycore.plugin.manager import get_manager
 
-    target = get_manager().call_device_hook(family, "tinycore_compile_target", name=family, arch=arch)
-    if target is None:
-        raise RuntimeError(f"the plugin of {family} returned no compile target for arch {arch!r}: can't unpickle")
-    renderer: Renderer = target[0]
+    renderer: Renderer = get_manager().compile_target(family, arch)[0]
     return renderer
 
 
 _IDENTIFIER_CHARS = re.compile(r"[^A-Za-z0-9_]")
 _ANSI_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def c_identifier(name: str) -> str:
+    """`name` made a C (and LLVM) identifier: ANSI colour codes dropped, other characters replaced by ``_``, and a
+    ``k_`` prefix when it would start with a digit (or be empty).
+
+    >>> c_identifier("E_4\x1b[32m_2"), c_identifier("3x")
+    ('E_4_2', 'k_3x')
+    """
+    cleaned = _IDENTIFIER_CHARS.sub("_", _ANSI_ESCAPES.sub("", name))
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
+
+
+def kernel_function_name(uops: list[UOp], name: str | None = None) -> str:
+    """The function name a renderer gives a kernel: `name` (what core passes, `ProgramSpec.function_name`), else the
+    name the program's SINK carries (an arg that is a string or has ``function_name``/``name``), else ``kernel``;
+    always a C identifier."""
+    if name:
+        return c_identifier(name)
+    for u in reversed(uops):
+        if u.op.name == "SINK" and u.arg is not None:
+            if isinstance(u.arg, str):
+                return c_identifier(u.arg)
+            for attr in ("function_name", "name"):
+                value = getattr(u.arg, attr, None)
+                if isinstance(value, str) and value:
+                    return c_identifier(value)
+    return "kernel"
 
 
 @dataclass
@@ -288,8 +313,7 @@ class ProgramSpec:
         >>> ProgramSpec("r_4:2", [], "PYTHON").function_name
         'r_4_2'
         """
-        name = _IDENTIFIER_CHARS.sub("_", _ANSI_ESCAPES.sub("", self.name))
-        return name if name and not name[0].isdigit() else f"k_{name}"
+        return c_identifier(self.name)
 
     @property
     def has_symbolic_dims(self) -> bool:

@@ -1,0 +1,117 @@
+"""`CUDARenderer`: CUDA C (as NVRTC and nvcc compile it) as a dialect table on core's C-family renderer base
+(`tinycore.sdk.CStyleRenderer`). Everything CUDA spells its own way is in `CUDA_C`.
+
+What the compiler must do for results to match the reference device: compile with ``--fmad=false`` (no contraction
+of ``a*b+c`` into fused multiply-adds; ``MULACC`` is rendered as ``fmaf``/``fma`` on purpose) and without fast-math
+flags, and pass NVRTC the ``include`` folder of the CUDA runtime headers (``cuda_fp16.h``/``cuda_bf16.h`` are not
+built into NVRTC). No GPU is needed to render.
+
+Vector accesses use CUDA's built-in vector types (``float4``, ``uint2``, ``longlong2``...) through a cast pointer,
+so only where the 16-byte-or-less vector is provably aligned (`CDialect.vector_alignment`). half has only ``half2``
+(``cuda_fp16.h``), bfloat16 and ``bool`` have none (lane by lane), 8-byte types use 2-lane pieces (``double4`` and
+``longlong4`` are deprecated in CUDA 13). Tensor cores are not rendered yet (``tensor_cores = []``).
+"""
+
+from __future__ import annotations
+
+from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, dtypes
+
+# helpers every kernel may use; guarded, so the sources of several kernels can share one translation unit
+CUDA_PRELUDE = """\
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#ifndef TINYCORE_CUDA_PRELUDE
+#define TINYCORE_CUDA_PRELUDE
+#ifndef INFINITY
+#define INFINITY (__int_as_float(0x7f800000))
+#endif
+#ifndef NAN
+#define NAN (__int_as_float(0x7fffffff))
+#endif
+static __device__ __forceinline__ float tc_to_float(half x) { return __half2float(x); }
+static __device__ __forceinline__ float tc_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> static __device__ __forceinline__ T tc_from_float(float x);
+template <> __device__ __forceinline__ half tc_from_float<half>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 tc_from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+template <typename T, typename F> static __device__ __forceinline__ T tc_bitcast(F x) {
+  static_assert(sizeof(T) == sizeof(F), "a bitcast keeps the size");
+  T y;
+  memcpy(&y, &x, sizeof(T));
+  return y;
+}
+#endif
+"""
+
+_EIGHT_BYTE = (dtypes.int64, dtypes.uint64, dtypes.float64)
+
+CUDA_C = CDialect(
+    name="CUDA C",
+    prelude=CUDA_PRELUDE,
+    kernel_prefix='extern "C" __global__ void',
+    buffer_param="{const}{type}* __restrict__ {name}",
+    var_param="const {type} {name}",
+    types={dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"},
+    launch_ids={"gidx": "blockIdx.{xyz}", "lidx": "threadIdx.{xyz}"},
+    barrier="__syncthreads();",
+    shared_decl="__shared__ __align__(16) {type} {name}[{size}];",
+    vector_widths=(2, 4),
+    vector_widths_by_dtype={
+        dtypes.bool: (),
+        dtypes.float16: (2,),
+        dtypes.bfloat16: (),
+        **{d: (2,) for d in _EIGHT_BYTE},
+    },
+    vector_alignment=True,
+    vector_stems={
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.uint16: "ushort",
+        dtypes.uint32: "uint",
+        dtypes.int64: "longlong",
+        dtypes.uint64: "ulonglong",
+    },
+    vector_make="make_{type}({lanes})",
+    vector_load="*((const {type}*)({ptr}))",
+    vector_store="*(({type}*)({ptr})) = {value};",
+    lane_access="{v}.{xyzw}",
+    intrinsics={
+        "SQRT_FLOAT": "sqrtf({0})",
+        "SQRT": "sqrt({0})",
+        "TRUNC_FLOAT": "truncf({0})",
+        "TRUNC": "trunc({0})",
+        "EXP2_FLOAT": "exp2f({0})",
+        "EXP2": "exp2({0})",
+        "LOG2_FLOAT": "log2f({0})",
+        "LOG2": "log2({0})",
+        "SIN_FLOAT": "sinf({0})",
+        "SIN": "sin({0})",
+        "MULACC_FLOAT": "fmaf({0}, {1}, {2})",
+        "MULACC": "fma({0}, {1}, {2})",
+    },
+    half_from_float="tc_from_float<{type}>({x})",
+    half_to_float="tc_to_float({x})",
+    bitcast="tc_bitcast<{type}, {src}>({x})",
+)
+
+
+class CUDARenderer(CStyleRenderer):
+    """CUDA C for one architecture (``arch`` like ``"sm_90"``; None: any). No hardware is needed to render."""
+
+    device = "CUDA"
+    suffix = "CUDA"
+    dialect = CUDA_C
+    has_local = True
+    has_shared = True
+    supports_float4 = True
+    max_vector_access = 4  # the widest vector type the dialect uses
+    global_max = (2**31 - 1, 65535, 65535)
+    local_max = (1024, 1024, 64)
+    shared_max = 49152  # static __shared__ per block; more needs the dynamic opt-in
+    tensor_cores = []  # WMMA lands with the CUDA device
+    native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"})
+    supported_dtypes = frozenset(ALL_SCALARS)
+
+    def __init__(self, arch: str | None = None):
+        self.arch = arch

@@ -1,0 +1,109 @@
+"""Real pipeline kernels for checking a renderer without its device: each case is a small tensor program scheduled on
+the ``PYTHON`` device and lowered for the renderer under test, so a GPU plugin can render (and compile, where its
+compiler is installed) the kernels core really produces before any hardware is at hand.
+
+>>> from tinycore.runtime.python_device import PythonRenderer
+>>> sources = render_cases(PythonRenderer(), ["broadcast"])
+>>> sorted(sources)
+['broadcast']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from tinycore.codegen import get_program
+from tinycore.codegen.kernel import Opt, OptOps
+from tinycore.dtype import DType, dtypes
+from tinycore.renderer import Renderer
+from tinycore.tensor import Tensor
+from tinycore.uop.ops import Variable
+
+
+def _t(values: Any, dtype: Any) -> Tensor:
+    return Tensor(np.asarray(values, dtype=dtype), device="PYTHON")
+
+
+_INTS = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
+
+
+def kernel_cases() -> dict[str, tuple[Callable[[], Tensor], list[Opt] | None, frozenset[DType]]]:
+    """``{case: (build the result tensor, opts or None for the default heuristics, dtypes the kernel uses)}``.
+
+    The cases: ``x + 1`` for every integer dtype and float64; a broadcast add; a sum with a grouped reduce (shared
+    memory and barriers on GPU-style renderers); a row sum; a 64x64 matmul (upcasts: vector loads); a row max (needs
+    -inf); half and bfloat16 conversions; int64 division, remainder, where and max; bool logic; uint8/int8 casts;
+    transcendentals; float64 math; 32- and 16-bit bitcasts; a symbolic variable; a pad; inf and NaN constants.
+    """
+    f32, f16, bf16, f64 = dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64
+    a = lambda: _t(np.arange(64 * 64).reshape(64, 64), np.float32)  # noqa: E731
+    b = lambda: _t(np.arange(64), np.float32)  # noqa: E731
+    h = lambda: _t(np.ones(64), np.float16)  # noqa: E731
+    i64 = lambda: _t(np.arange(64), np.int64)  # noqa: E731
+    u8 = lambda: _t(np.arange(64), np.uint8)  # noqa: E731
+    cases: dict[str, tuple[Callable[[], Tensor], list[Opt] | None, frozenset[DType]]] = {
+        f"add_{np.dtype(d).name}": ((lambda d=d: _t(np.arange(64), d) + 1), None, frozenset({dtypes.from_np(d)}))
+        for d in (*_INTS, np.float64)
+    }
+    cases.update(
+        {
+            "broadcast": (lambda: a() + b(), None, frozenset({f32})),
+            "grouped_sum": (lambda: _t(np.ones(4096), np.float32).sum(), [Opt(OptOps.GROUP, 0, 16)], frozenset({f32})),
+            "row_sum": (lambda: _t(np.ones((256, 256)), np.float32).sum(axis=1), None, frozenset({f32})),
+            "matmul": (lambda: (m := a()) @ m, None, frozenset({f32})),
+            "row_max": (lambda: a().max(axis=1), None, frozenset({f32})),
+            "half_bf16": (lambda: (h() * 2 + 1).cast(bf16).cast(f32), None, frozenset({f16, bf16, f32})),
+            "int64": (
+                lambda: ((i64() // 3) + (i64() > 10).where(i64(), -i64())).maximum(i64() % 5),
+                None,
+                frozenset({dtypes.int64}),
+            ),
+            "bool": (lambda: (b() > 3) & (b() < 40), None, frozenset({f32, dtypes.bool})),
+            "uint8_int8": (
+                lambda: (u8() + 3).cast(f32) + u8().cast(dtypes.int8).cast(f32),
+                None,
+                frozenset({dtypes.uint8, dtypes.int8, f32}),
+            ),
+            "transcendental": (lambda: (b().exp() + b().sqrt()).sin(), None, frozenset({f32})),
+            "float64": (lambda: _t(np.arange(64), np.float64).sqrt().exp2() + 1, None, frozenset({f64})),
+            "bitcast": (lambda: b().bitcast(dtypes.int32) + 1, None, frozenset({f32, dtypes.int32})),
+            "bitcast16": (lambda: h().bitcast(dtypes.int16) + 1, None, frozenset({f16, dtypes.int16})),
+            "bitcast_bf16": (
+                lambda: _t(np.ones(64), np.float32).cast(bf16).bitcast(dtypes.uint16) + 1,
+                None,
+                frozenset({f32, bf16, dtypes.uint16}),
+            ),
+            "variable": (
+                lambda: b() + Tensor(Variable("n", 1, 10).bind(3), device="PYTHON").cast(f32),
+                None,
+                frozenset({f32}),
+            ),
+            "pad": (lambda: b().pad(((1, 3),)) * 2, None, frozenset({f32})),
+            "specials": (
+                lambda: (b() > 3).where(b(), float("inf")) + (b() < 2).where(float("-inf"), float("nan")),
+                None,
+                frozenset({f32}),
+            ),
+        }
+    )
+    return cases
+
+
+def render_cases(renderer: Renderer, names: Iterable[str] | None = None) -> dict[str, str]:
+    """``{case: source}`` for `names` (default: every case whose dtypes `renderer` supports), each kernel rendered
+    by `renderer` under the function name ``k_<case>``."""
+    cases = kernel_cases()
+    if names is None:
+        names = [n for n, (_, _, used) in cases.items() if used <= renderer.supported_dtypes]
+    sources = {}
+    for name in names:
+        build, opts, _ = cases[name]
+        items = [item for item in build().schedule() if item.ast is not None]
+        if len(items) != 1:
+            raise AssertionError(f"kernel case {name} scheduled {len(items)} kernels, expected one")
+        program = get_program(items[0].ast, renderer, opts)
+        sources[name] = renderer.render(program.uops, f"k_{name}")
+    return sources
