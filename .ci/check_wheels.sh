@@ -37,18 +37,25 @@ if ! python3 -m venv "$work/venv" 2>/dev/null; then
 fi
 py="$work/venv/bin/python"
 
-# Core's runtime dependencies come from PyPI (read from the built wheel's metadata); tinycore and its plugins only
-# from the wheel folder, so a same-named project on an index can never be picked instead.
+# The third-party runtime dependencies of core and the plugins come from PyPI (read from the built wheels'
+# metadata); tinycore and its plugins only from the wheel folder, so a same-named project on an index can never be
+# picked instead.
 deps=$("$py" - "$work/wheels" <<'EOF'
 import glob, sys, zipfile
-[wheel] = glob.glob(f"{sys.argv[1]}/tinycore-*.whl")
-with zipfile.ZipFile(wheel) as zf:
-    meta = next(name for name in zf.namelist() if name.endswith(".dist-info/METADATA"))
-    lines = zf.read(meta).decode().splitlines()
-print(" ".join(l.split(":", 1)[1].strip().replace(" ", "") for l in lines if l.startswith("Requires-Dist:") and ";" not in l))
+found = []
+for wheel in sorted(glob.glob(f"{sys.argv[1]}/tinycore*.whl")):
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(name for name in zf.namelist() if name.endswith(".dist-info/METADATA"))
+        lines = zf.read(meta).decode().splitlines()
+    for line in lines:
+        if line.startswith("Requires-Dist:") and ";" not in line:
+            requirement = line.split(":", 1)[1].strip().replace(" ", "")
+            if not requirement.startswith("tinycore") and requirement not in found:
+                found.append(requirement)
+print(" ".join(found))
 EOF
 )
-echo "-- installing core dependencies: $deps"
+echo "-- installing the third-party dependencies: $deps"
 # shellcheck disable=SC2086 # one word per requirement
 "$py" -m pip install -q $deps
 echo "-- installing the wheels"

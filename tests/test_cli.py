@@ -121,14 +121,28 @@ def test_doctor_failing_device_has_reason_fix_and_exit_code(broken_site):
 
 
 def test_doctor_reports_unfinished_plugin_with_fix(fake_site):
-    # tinycore-cuda still holds only its registration: doctor must FAIL it with the probe's reason and a fix
-    if not _installed("tinycore-cuda"):
-        pytest.skip("tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
-    out = tinycore(fake_site, "doctor", "CUDA", "--json")
+    # tinycore-metal still holds only its registration: doctor must FAIL it with the probe's reason and a fix
+    if not _installed("tinycore-metal"):
+        pytest.skip("tinycore-metal is not installed (pip install -e plugins/tinycore_metal)")
+    out = tinycore(fake_site, "doctor", "METAL", "--json")
     assert out.returncode == 1
     report = json.loads(out.stdout)["devices"][0]
     assert report["status"] == "FAIL" and report["reason"] == "probe: not implemented yet"
-    assert report["distribution"] == "tinycore-cuda" and "DEV=PYTHON" in report["fix"]
+    assert report["distribution"] == "tinycore-metal" and "DEV=PYTHON" in report["fix"]
+
+
+def test_doctor_says_there_is_no_nvidia_driver_and_what_to_do(fake_site):
+    if not _installed("tinycore-cuda"):
+        pytest.skip("tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
+    from tinycore_cuda.plugin import probe
+
+    if probe().ok:
+        pytest.skip("this machine has an NVIDIA GPU")
+    out = tinycore(fake_site, "doctor", "CUDA", "--json")
+    report = json.loads(out.stdout)["devices"][0]
+    assert out.returncode == 1 and report["status"] == "FAIL" and report["distribution"] == "tinycore-cuda"
+    assert report["reason"].startswith(("probe: no NVIDIA driver", "probe: no GPU", "probe: cuda-bindings"))
+    assert report["fix"]
 
 
 def test_doctor_without_arguments_checks_everything_and_passes_on_default(broken_site):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tinycore import device as _device_module
 from tinycore.helpers import DEBUG, GlobalCounters
@@ -84,6 +84,12 @@ class CompiledRunner(Runner):
         self.lib = lib
         self._prg = dev.runtime(self.p.function_name, lib)
         super().__init__(p.name, p.device, p.estimates)
+
+    @property
+    def program(self) -> Any:
+        """The loaded `Program` (what ``device.runtime(function_name, lib)`` returned): graph runners read its handles
+        instead of loading the binary again."""
+        return self._prg
 
     def __reduce__(self) -> tuple[type[CompiledRunner], tuple[ProgramSpec, bytes]]:
         return CompiledRunner, (self.p, self.lib)

@@ -1,0 +1,163 @@
+"""tinycore on CUDA beside torch on the same GPU, in one run: issue 20's benchmark table.
+
+Each workload is timed for tinycore and torch alternately (median of `--repeats`), every timed region ending in a
+device synchronize; ratios are tinycore / torch for throughputs and torch / tinycore for times (> 1: tinycore better).
+
+    python3 plugins/tinycore_cuda/bench/bench_cuda.py                       # on the GPU machine
+    python3 plugins/tinycore_cuda/bench/bench_cuda.py --device CLANG --torch-device cpu --scale 0.01   # dry run here
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from tinycore.device import Device
+from tinycore.engine.jit import TinyJit
+from tinycore.tensor import Tensor
+
+
+def timed(fn: Callable[[], Any], sync: Callable[[], None], repeats: int, inner: int = 1) -> float:
+    """Median seconds of one call of `fn` (`inner` calls per sample, after two warm-up samples)."""
+    samples = []
+    for k in range(repeats + 2):
+        sync()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        if k >= 2:
+            samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="CUDA")
+    parser.add_argument("--torch-device", default="cuda")
+    parser.add_argument("--scale", type=float, default=1.0, help="size multiplier (a dry run uses 0.01)")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    dev, tdev, reps = args.device, torch.device(args.torch_device), args.repeats
+
+    def sync_tc() -> None:
+        Device[dev].synchronize()
+
+    def sync_torch() -> None:
+        if tdev.type == "cuda":
+            torch.cuda.synchronize()
+
+    rows: list[tuple[str, str, float, float, bool]] = []  # name, unit, tinycore, torch, higher is better
+
+    def row(name: str, unit: str, ours: Callable[[], float], theirs: Callable[[], float], higher: bool) -> None:
+        try:
+            value = ours()
+        except Exception as error:  # one failing workload must not hide the others
+            print(f"{name}: tinycore failed: {type(error).__name__}: {str(error).splitlines()[0]}")
+            value = float("nan")
+        rows.append((name, unit, value, theirs(), higher))
+
+    n = max(64, int(4096 * args.scale**0.5)) // 64 * 64
+    big = max(1 << 16, int((64 << 20) * args.scale))
+
+    # matmul fp16 n x n
+    a16 = Tensor(np.random.rand(n, n).astype(np.float16), device=dev).realize()
+    b16 = Tensor(np.random.rand(n, n).astype(np.float16), device=dev).realize()
+    ta16, tb16 = (torch.rand(n, n, dtype=torch.float16, device=tdev) for _ in range(2))
+    flops = 2 * n**3
+    row(
+        f"matmul fp16 {n}",
+        "TFLOP/s",
+        lambda: flops / timed(lambda: (a16 @ b16).realize(), sync_tc, reps) / 1e12,
+        lambda: flops / timed(lambda: ta16 @ tb16, sync_torch, reps) / 1e12,
+        True,
+    )
+    # elementwise a*b+a, sum, softmax
+    x = Tensor(np.random.rand(big).astype(np.float32), device=dev).realize()
+    y = Tensor(np.random.rand(big).astype(np.float32), device=dev).realize()
+    tx, ty = torch.rand(big, device=tdev), torch.rand(big, device=tdev)
+    tout = torch.empty_like(tx)
+    row(
+        f"a*b+a {big / 2**20:g}M",
+        "GB/s",
+        lambda: 12 * big / timed(lambda: (x * y + x).realize(), sync_tc, reps) / 1e9,
+        lambda: 12 * big / timed(lambda: torch.addcmul(tx, tx, ty, out=tout), sync_torch, reps) / 1e9,
+        True,
+    )
+    row(
+        f"sum {big / 2**20:g}M",
+        "GB/s",
+        lambda: 4 * big / timed(lambda: x.sum().realize(), sync_tc, reps) / 1e9,
+        lambda: 4 * big / timed(lambda: tx.sum(), sync_torch, reps) / 1e9,
+        True,
+    )
+    s = Tensor(np.random.rand(n, n).astype(np.float32), device=dev).realize()
+    ts = torch.rand(n, n, device=tdev)
+    row(
+        f"softmax {n}x{n}",
+        "GB/s",
+        lambda: 8 * n * n / timed(lambda: s.softmax(-1).realize(), sync_tc, reps) / 1e9,
+        lambda: 8 * n * n / timed(lambda: torch.softmax(ts, -1), sync_torch, reps) / 1e9,
+        True,
+    )
+
+    # 100 dependent small kernels replayed: TinyJit against a torch CUDA graph
+    def chain(v: Tensor) -> Tensor:
+        for _ in range(100):
+            v = (v * 1.0001 + 0.5).contiguous().realize()
+        return v
+
+    jitted = TinyJit(chain)
+    small = Tensor(np.ones(1024, np.float32), device=dev).realize()
+    for _ in range(3):
+        jitted(small)
+    tsmall = torch.ones(1024, device=tdev)
+
+    def torch_chain() -> torch.Tensor:
+        v = tsmall
+        for _ in range(100):
+            v = v * 1.0001 + 0.5
+        return v
+
+    if tdev.type == "cuda":
+        graph = torch.cuda.CUDAGraph()
+        torch_chain()
+        with torch.cuda.graph(graph):
+            torch_chain()
+        torch_replay = graph.replay
+    else:
+        torch_replay = torch_chain
+    row(
+        "100-kernel replay",
+        "us",
+        lambda: timed(lambda: jitted(small), sync_tc, reps, inner=20) * 1e6,
+        lambda: timed(torch_replay, sync_torch, reps, inner=20) * 1e6,
+        False,
+    )
+    # eager dispatch: host time of one tiny op
+    tiny = Tensor(np.ones(16, np.float32), device=dev).realize()
+    ttiny = torch.ones(16, device=tdev)
+    row(
+        "eager (x+1) 16 floats",
+        "us",
+        lambda: timed(lambda: (tiny + 1).realize(), lambda: None, reps, inner=200) * 1e6,
+        lambda: timed(lambda: ttiny + 1, lambda: None, reps, inner=200) * 1e6,
+        False,
+    )
+
+    print(f"\ntinycore on {dev} ({getattr(Device[dev], 'name', b'')!r}) vs torch {torch.__version__} on {tdev}")
+    print(f"{'workload':24} {'unit':8} {'tinycore':>10} {'torch':>10} {'ratio':>7}")
+    for name, unit, ours, theirs, higher in rows:
+        ratio = ours / theirs if higher else theirs / ours
+        print(f"{name:24} {unit:8} {ours:10.2f} {theirs:10.2f} {ratio:6.2f}x")
+    print("(ratio > 1: tinycore better)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The CUDA device driven by a fake driver (`tinycore_cuda.testing.FakeDriver`): opening, memory, the allocator's
+cache and out-of-memory retry, launches and timing, driver errors, and the probe's diagnoses. No GPU needed."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tinycore_cuda", reason="tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
+from tinycore_cuda import plugin  # noqa: E402
+from tinycore_cuda.compiler import KernelImage  # noqa: E402
+from tinycore_cuda.device import CUDADevice, CUDAError  # noqa: E402
+from tinycore_cuda.testing import NO_DEVICE, OUT_OF_MEMORY, FakeDriver  # noqa: E402
+
+
+@pytest.fixture
+def fake() -> FakeDriver:
+    return FakeDriver(gpus=2, memory=1 << 16)
+
+
+def test_opening_reads_arch_and_limits_from_the_gpu(fake: FakeDriver) -> None:
+    dev = CUDADevice("CUDA:1", driver=fake)
+    assert dev.device == "CUDA:1" and dev.arch == "sm_90" and dev.compiler.arch == "sm_90"
+    assert dev.renderer.local_max == (1024, 1024, 64) and dev.renderer.shared_max == 49152
+    assert ("cuDevicePrimaryCtxRetain", (1,)) in fake.calls and dev.name == b"Fake H100"
+    with pytest.raises(Exception, match="there are 2 CUDA GPUs here, no ordinal 5"):
+        CUDADevice("CUDA:5", driver=fake)
+
+
+def test_memory_round_trips_and_views_offset(fake: FakeDriver) -> None:
+    alloc = CUDADevice("CUDA", driver=fake).allocator
+    data = np.arange(100, dtype=np.float32)
+    buf = alloc.alloc(data.nbytes)
+    alloc.copyin(buf, memoryview(data.tobytes()))  # read-only host memory is fine
+    out = np.empty_like(data)
+    alloc.copyout(memoryview(out).cast("B"), buf)
+    np.testing.assert_array_equal(out, data)
+    part = np.empty(10, dtype=np.float32)
+    alloc.copyout(memoryview(part).cast("B"), alloc.offset(buf, 40, 4 * 50))
+    np.testing.assert_array_equal(part, data[50:60])
+
+
+def test_freed_blocks_are_reused_and_out_of_memory_empties_the_cache_then_retries(fake: FakeDriver) -> None:
+    alloc = CUDADevice("CUDA", driver=fake).allocator
+    first = alloc.alloc(40000)
+    alloc.free(first, 40000)
+    assert alloc.alloc(40000) == first and fake.used() == 40000  # the cached block, no new cuMemAlloc
+    alloc.free(first, 40000)
+    second = alloc.alloc(30000)  # does not fit beside the cached 40000: the cache is emptied, then it fits
+    assert fake.used() == 30000 and second != 0
+    with pytest.raises(MemoryError, match=r"out of GPU memory allocating 60000 bytes \(\d+ of 65536 bytes free\)"):
+        alloc.alloc(60000)
+
+
+def test_a_failing_driver_call_names_the_call_and_the_error(fake: FakeDriver) -> None:
+    dev = CUDADevice("CUDA", driver=fake)
+    fake.fail["cuCtxSynchronize"] = 700
+    with pytest.raises(CUDAError, match=r"device CUDA: cuCtxSynchronize failed: CUDA_ERROR_700"):
+        dev.synchronize()
+    fake.fail["cuMemAlloc"] = 1
+    with pytest.raises(CUDAError, match="cuMemAlloc failed: CUDA_ERROR_INVALID_VALUE"):
+        dev.allocator.alloc(16)
+
+
+def test_a_launch_passes_grid_block_pointers_and_typed_values(fake: FakeDriver) -> None:
+    dev = CUDADevice("CUDA", driver=fake)
+    a, b = dev.allocator.alloc(64), dev.allocator.alloc(64)
+    prg = dev.runtime("k_add", KernelImage.pack(["buffer", "buffer", "int", "long"], b"\x7fELF-cubin"))
+    assert fake.modules[1] == b"\x7fELF-cubin" and prg.function == (1, "k_add")
+    assert prg(a, b, global_size=(4, 2, 1), local_size=(32, 1, 1), vals=(3, 2**40)) is None
+    launch = fake.launches[-1]
+    assert launch["grid"] == (4, 2, 1) and launch["block"] == (32, 1, 1) and launch["shared"] == 0
+    values, ctypes_types = launch["params"]
+    assert values == (a, b, 3, 2**40) and ctypes_types[:2] == (ctypes.c_void_p, ctypes.c_void_p)
+    assert [ctypes.sizeof(t) for t in ctypes_types[2:]] == [4, 8]
+    seconds = prg(a, b, global_size=(1,), local_size=None, vals=(1, 1), wait=True)
+    assert seconds == pytest.approx(1.5e-3) and fake.launches[-1]["block"] == (1, 1, 1)
+
+
+def test_an_empty_launch_does_nothing(fake: FakeDriver) -> None:
+    dev = CUDADevice("CUDA", driver=fake)
+    prg = dev.runtime("k", KernelImage.pack([], b"cubin"))
+    assert prg(global_size=(0, 1, 1), local_size=(32, 1, 1), wait=True) == 0.0 and not fake.launches
+
+
+# ----- the probe tells the failure causes apart, each with its fix
+def _bindings(monkeypatch: pytest.MonkeyPatch, driver: object | None) -> None:
+    """Make ``from cuda.bindings import driver`` give `driver` (None: cuda-bindings is not installed)."""
+    if driver is None:
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+        return
+    package = types.ModuleType("cuda.bindings")
+    package.driver = driver
+    monkeypatch.setitem(sys.modules, "cuda.bindings", package)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+
+
+def test_probe_without_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    _bindings(monkeypatch, None)
+    result = plugin.probe()
+    assert not result.ok and result.device_count == 0 and "cuda-bindings is not installed" in result.reason
+    assert "tinycore[cuda]" in result.hint
+
+
+def test_probe_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoLibcuda(FakeDriver):
+        def cuInit(self, flags):
+            raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search.')
+
+    _bindings(monkeypatch, NoLibcuda())
+    result = plugin.probe()
+    assert not result.ok and result.reason.startswith("no NVIDIA driver") and "driver" in result.hint
+
+
+def test_probe_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    _bindings(monkeypatch, FakeDriver(gpus=0))
+    result = plugin.probe()
+    assert not result.ok and result.reason.startswith("no GPU") and result.device_count == 0
+
+
+def test_probe_with_a_driver_older_than_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
+    _bindings(monkeypatch, FakeDriver(driver_version=12040))
+    monkeypatch.setattr(plugin, "nvrtc_major", lambda: 13)
+    result = plugin.probe()
+    assert not result.ok and "driver too old" in result.reason and "12.4" in result.reason and "13" in result.reason
+
+
+def test_probe_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    _bindings(monkeypatch, FakeDriver(gpus=2))
+    monkeypatch.setattr(plugin, "nvrtc_major", lambda: 13)
+    result = plugin.probe()
+    assert result.ok and result.device_count == 2
+
+
+def test_the_fakes_error_codes_are_the_real_bindings() -> None:
+    bindings = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    from tinycore_cuda import device
+
+    assert int(bindings.CUresult.CUDA_ERROR_OUT_OF_MEMORY) == OUT_OF_MEMORY == device.OUT_OF_MEMORY
+    assert int(bindings.CUresult.CUDA_ERROR_NO_DEVICE) == NO_DEVICE == plugin.NO_DEVICE
+
+
+# ----- TinyJit replays through one CUDA graph (kernels built by NVRTC, launched on the fake driver)
+def test_a_jit_replays_as_one_graph_launch_patching_only_the_changed_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed (pip install 'tinycore[cuda]')")
+    from tinycore_cuda.graph import CUDAGraph
+
+    from tinycore.device import Device
+    from tinycore.engine import realize
+    from tinycore.engine.jit import TinyJit
+    from tinycore.tensor import Tensor
+
+    fake = FakeDriver(memory=1 << 22)
+    dev = CUDADevice("CUDA", driver=fake)
+    monkeypatch.setitem(Device._opened, "CUDA", dev)  # this test's CUDA is the fake GPU
+    monkeypatch.setattr(realize, "_kernel_runners", {})  # and no kernel runner outlives it
+
+    @TinyJit
+    def step(x: Tensor, w: Tensor) -> Tensor:
+        return ((x * 2 + 1).contiguous().realize() * w).sum(axis=1)
+
+    weight = Tensor(np.ones((8, 16), np.float32), device="CUDA").realize()
+    for k in range(4):
+        step(Tensor(np.full((8, 16), k, np.float32), device="CUDA").realize(), weight).realize()
+    (graph,) = step.captured.graphs
+    assert isinstance(graph, CUDAGraph) and len(graph.nodes) >= 2
+    instantiations = [c for c in fake.calls if c[0] == "cuGraphInstantiate"]
+    launches, patched = graph.submissions, graph.patched
+    step(Tensor(np.full((8, 16), 9, np.float32), device="CUDA").realize(), weight).realize()
+    assert graph.submissions == launches + 1
+    assert [c for c in fake.calls if c[0] == "cuGraphInstantiate"] == instantiations  # never rebuilt
+    assert graph.patched == patched + 1  # only the node reading the new input, never a rebuild
+    first = graph.items[0]
+    node = fake.launches[-len(graph.nodes)]
+    assert node["params"][0][: len(first.bufs)] == tuple(int(b.opaque) for b in first.bufs)

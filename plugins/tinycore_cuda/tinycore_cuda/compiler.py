@@ -1,0 +1,156 @@
+"""`NVRTCCompiler`: CUDA C to CUBIN (or PTX) for one GPU architecture, with NVRTC from NVIDIA's wheel. No GPU needed.
+
+Options: ``--gpu-architecture=<arch>`` (``sm_90`` gives CUBIN, ``compute_90`` PTX), ``--fmad=false`` (the renderer
+writes fused multiply-adds itself: results then match the reference device), ``-I`` the ``include`` folder of the
+``nvidia-cuda-runtime`` wheel (``cuda_fp16.h`` and ``cuda_bf16.h`` are not built into NVRTC). The disk-cache key
+holds the NVRTC version, the options and the arch. CUBIN for the device's own arch avoids the driver's PTX-version
+limits (PTX from a newer NVRTC does not load on an older driver).
+
+A stored binary is `KernelImage`: the parameter kinds of the kernel (read off its signature) and the CUBIN, so a
+program can be launched from core's disk cache without the source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from tinycore.sdk import CompileError, Compiler
+
+ARCH_PATTERN = re.compile(r"^(sm|compute)_(\d{2,3})[af]?$")
+_SIGNATURE = re.compile(r'extern "C" __global__ void\s+(\w+)\s*\(([^)]*)\)')
+INSTALL_NVRTC = "pip install 'tinycore[cuda]' (or: pip install nvidia-cuda-nvrtc nvidia-cuda-runtime cuda-bindings)"
+
+
+def check_arch(arch: str) -> str:
+    """`arch` if it names a GPU architecture NVRTC takes (``sm_90``, ``compute_80``, ``sm_90a``), else a ValueError.
+
+    >>> check_arch("sm_90"), check_arch("compute_80")
+    ('sm_90', 'compute_80')
+    """
+    if not ARCH_PATTERN.match(arch):
+        raise ValueError(f"CUDA: {arch!r} is not a GPU architecture: use sm_NN (CUBIN) or compute_NN (PTX), e.g. sm_90")
+    return arch
+
+
+class KernelImage:
+    """A compiled kernel as stored: ``b"TCCU1 <json parameter kinds>\\n"`` then the CUBIN or PTX. Kinds are
+    ``"buffer"``, ``"int"`` or ``"long"``, one per kernel parameter, in order."""
+
+    MAGIC = b"TCCU1 "
+
+    @staticmethod
+    def pack(kinds: list[str], image: bytes) -> bytes:
+        """One stored binary."""
+        return KernelImage.MAGIC + json.dumps(kinds).encode() + b"\n" + image
+
+    @staticmethod
+    def unpack(lib: bytes) -> tuple[list[str], bytes]:
+        """(parameter kinds, CUBIN/PTX) of a stored binary; ValueError for anything else."""
+        if not lib.startswith(KernelImage.MAGIC):
+            raise ValueError("not a tinycore-cuda kernel image (rebuild it: clear the kernel cache)")
+        header, _, image = lib.partition(b"\n")
+        return json.loads(header[len(KernelImage.MAGIC) :]), image
+
+
+def parameter_kinds(src: str) -> tuple[str, list[str]]:
+    """(kernel name, parameter kinds) of the first ``extern "C" __global__`` function of rendered source.
+
+    >>> parameter_kinds('extern "C" __global__ void k(float* __restrict__ data0, const int n, const long long m) {}')
+    ('k', ['buffer', 'int', 'long'])
+    """
+    match = _SIGNATURE.search(src)
+    if match is None:
+        raise CompileError('CUDA compiler: the source has no extern "C" __global__ function')
+    kinds = []
+    for param in (p.strip() for p in match.group(2).split(",") if p.strip()):
+        kinds.append("buffer" if "*" in param else "long" if "long long" in param else "int")
+    return match.group(1), kinds
+
+
+@cache
+def nvrtc_module() -> Any:
+    """``cuda.bindings.nvrtc`` (imported on first use: ~50 ms); a CompileError naming the fix when missing."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise CompileError(f"CUDA compiler: NVRTC is not installed ({error}); fix: {INSTALL_NVRTC}") from None
+    return nvrtc
+
+
+@cache
+def runtime_include_dir() -> str:
+    """The ``include`` folder of the CUDA runtime wheel (``cuda_fp16.h``, ``cuda_bf16.h``)."""
+    try:
+        import cuda.pathfinder as pathfinder
+
+        found = pathfinder.find_nvidia_header_directory("cudart")
+    except (ImportError, RuntimeError) as error:
+        missing = f"CUDA compiler: the CUDA runtime headers are missing ({error}); fix: {INSTALL_NVRTC}"
+        raise CompileError(missing) from None
+    if not found:
+        raise CompileError(f"CUDA compiler: the CUDA runtime headers are missing; fix: {INSTALL_NVRTC}")
+    return str(found)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """NVRTC's (major, minor)."""
+    _, major, minor = nvrtc_module().nvrtcVersion()
+    return int(major), int(minor)
+
+
+class NVRTCCompiler(Compiler):
+    """CUDA C to CUBIN (``sm_NN``) or PTX (``compute_NN``) for `arch`, through NVRTC; cached by core."""
+
+    def __init__(self, arch: str):
+        self.arch = check_arch(arch)
+        self.ptx = arch.startswith("compute_")
+        super().__init__(cachekey=f"cuda_{arch}")
+
+    @property
+    def options(self) -> list[str]:
+        """The NVRTC command line (found headers included)."""
+        return [f"--gpu-architecture={self.arch}", "--fmad=false", "-std=c++17", f"-I{runtime_include_dir()}"]
+
+    def cache_key_parts(self) -> Sequence[str]:
+        """NVRTC's version and the options."""
+        return (f"nvrtc {nvrtc_version()}", *self.options)
+
+    def compile(self, src: str) -> bytes:
+        """Build `src`; a `CompileError` names the kernel and carries NVRTC's log."""
+        nvrtc = nvrtc_module()
+        name, kinds = parameter_kinds(src)
+        err, program = nvrtc.nvrtcCreateProgram(src.encode(), f"{name}.cu".encode(), 0, [], [])
+        _check(nvrtc, err, name, "create the program")
+        try:
+            options = [o.encode() for o in self.options]
+            (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+            if err != 0:
+                _, size = nvrtc.nvrtcGetProgramLogSize(program)
+                log = b" " * size
+                nvrtc.nvrtcGetProgramLog(program, log)
+                raise CompileError(
+                    f"CUDA (tinycore-cuda): kernel {name} failed to compile for {self.arch}:\n"
+                    + log.decode(errors="replace").rstrip("\x00 \n")
+                )
+            if self.ptx:
+                get_size, get = nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX
+            else:
+                get_size, get = nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
+            err, size = get_size(program)
+            _check(nvrtc, err, name, "size the output")
+            image = b" " * size
+            (err,) = get(program, image)
+            _check(nvrtc, err, name, "read the output")
+        finally:
+            nvrtc.nvrtcDestroyProgram(program)
+        return KernelImage.pack(kinds, image)
+
+
+def _check(nvrtc: Any, err: Any, name: str, what: str) -> None:
+    if err != 0:
+        _, text = nvrtc.nvrtcGetErrorString(err)
+        raise CompileError(f"CUDA (tinycore-cuda): NVRTC could not {what} of kernel {name}: {text.decode()}")

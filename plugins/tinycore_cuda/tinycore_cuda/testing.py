@@ -1,0 +1,201 @@
+"""`FakeDriver`: a stand-in for ``cuda.bindings.driver`` for tests without a GPU.
+
+It answers the calls `tinycore_cuda.device` makes the bindings' way (``(CUresult, *values)``), on host memory, and
+records every call in `calls`. Kernels are not executed: a launch records its function, dims and arguments.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, NO_DEVICE, NOT_FOUND = 0, 1, 2, 100, 500
+NAMES = {
+    SUCCESS: "CUDA_SUCCESS",
+    INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
+    OUT_OF_MEMORY: "CUDA_ERROR_OUT_OF_MEMORY",
+    NO_DEVICE: "CUDA_ERROR_NO_DEVICE",
+    NOT_FOUND: "CUDA_ERROR_NOT_FOUND",
+}
+
+ATTRIBUTES = {
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 9,
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X": 1024,
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y": 1024,
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z": 64,
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X": 2**31 - 1,
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y": 65535,
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z": 65535,
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK": 49152,
+}
+
+
+class FakeDriver:
+    """`gpus` devices of `memory` bytes each; `fail` maps a call name to the error code it returns next (once)."""
+
+    CUdevice_attribute = types.SimpleNamespace(**{name: name for name in ATTRIBUTES})
+
+    def __init__(self, gpus: int = 1, memory: int = 1 << 20, driver_version: int = 13000):
+        self.gpus, self.memory, self.driver_version = gpus, memory, driver_version
+        self.calls: list[tuple[str, tuple]] = []
+        self.fail: dict[str, int] = {}
+        self.blocks: dict[int, bytearray] = {}
+        self.next_address = 0x10000
+        self.modules: dict[int, bytes] = {}
+        self.launches: list[dict[str, Any]] = []
+        self.event_times: dict[int, float] = {}
+
+    def _call(self, name: str, *args: Any) -> int:
+        self.calls.append((name, args))
+        return self.fail.pop(name, SUCCESS)
+
+    def used(self) -> int:
+        """Bytes allocated now."""
+        return sum(len(b) for b in self.blocks.values())
+
+    def _block(self, address: int) -> tuple[bytearray, int]:
+        for base, block in self.blocks.items():
+            if base <= address < base + len(block):
+                return block, address - base
+        raise AssertionError(f"fake driver: address {address:#x} is not allocated")
+
+    # ----- errors, devices, contexts
+    def cuGetErrorName(self, err: int) -> tuple[int, bytes]:
+        return SUCCESS, NAMES.get(int(err), f"CUDA_ERROR_{int(err)}").encode()
+
+    def cuInit(self, flags: int) -> tuple[int]:
+        err = self._call("cuInit", flags)
+        return (NO_DEVICE if self.gpus == 0 else err,)
+
+    def cuDriverGetVersion(self) -> tuple[int, int]:
+        return self._call("cuDriverGetVersion"), self.driver_version
+
+    def cuDeviceGetCount(self) -> tuple[int, int]:
+        return self._call("cuDeviceGetCount"), self.gpus
+
+    def cuDeviceGet(self, ordinal: int) -> tuple[int, int]:
+        return self._call("cuDeviceGet", ordinal), ordinal
+
+    def cuDeviceGetName(self, size: int, device: int) -> tuple[int, bytes]:
+        return self._call("cuDeviceGetName", size, device), b"Fake H100"
+
+    def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple[int, int]:
+        return self._call("cuDeviceGetAttribute", attribute, device), ATTRIBUTES[attribute]
+
+    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple[int, str]:
+        return self._call("cuDevicePrimaryCtxRetain", device), f"ctx{device}"
+
+    def cuCtxSetCurrent(self, context: str) -> tuple[int]:
+        return (self._call("cuCtxSetCurrent", context),)
+
+    def cuCtxSynchronize(self) -> tuple[int]:
+        return (self._call("cuCtxSynchronize"),)
+
+    # ----- memory
+    def cuMemAlloc(self, size: int) -> tuple[int, int]:
+        err = self._call("cuMemAlloc", size)
+        if err or self.used() + size > self.memory:
+            return err or OUT_OF_MEMORY, 0
+        address, self.next_address = self.next_address, self.next_address + ((size + 255) // 256 + 1) * 256
+        self.blocks[address] = bytearray(size)
+        return SUCCESS, address
+
+    def cuMemFree(self, address: int) -> tuple[int]:
+        err = self._call("cuMemFree", address)
+        del self.blocks[int(address)]
+        return (err,)
+
+    def cuMemGetInfo(self) -> tuple[int, int, int]:
+        return self._call("cuMemGetInfo"), self.memory - self.used(), self.memory
+
+    def cuMemcpyHtoD(self, dest: int, host: int, size: int) -> tuple[int]:
+        import ctypes
+
+        block, at = self._block(int(dest))
+        block[at : at + size] = ctypes.string_at(host, size)
+        return (self._call("cuMemcpyHtoD", dest, size),)
+
+    def cuMemcpyDtoH(self, host: int, src: int, size: int) -> tuple[int]:
+        import ctypes
+
+        block, at = self._block(int(src))
+        ctypes.memmove(host, bytes(block[at : at + size]), size)
+        return (self._call("cuMemcpyDtoH", src, size),)
+
+    def cuMemcpyPeer(self, dest: int, dest_ctx: str, src: int, src_ctx: str, size: int) -> tuple[int]:
+        (block_d, at_d), (block_s, at_s) = self._block(int(dest)), self._block(int(src))
+        block_d[at_d : at_d + size] = block_s[at_s : at_s + size]
+        return (self._call("cuMemcpyPeer", dest, dest_ctx, src, src_ctx, size),)
+
+    # ----- modules, launches, events
+    def cuModuleLoadData(self, image: bytes) -> tuple[int, int]:
+        handle = len(self.modules) + 1
+        self.modules[handle] = bytes(image)
+        return self._call("cuModuleLoadData", len(image)), handle
+
+    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple[int, tuple[int, str]]:
+        return self._call("cuModuleGetFunction", module, name), (module, name.decode())
+
+    def cuLaunchKernel(self, function: Any, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> tuple[int]:
+        self.launches.append(
+            dict(function=function, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, params=params)
+        )
+        return (self._call("cuLaunchKernel", function),)
+
+    def cuEventCreate(self, flags: int) -> tuple[int, int]:
+        handle = len(self.event_times) + 1
+        self.event_times[handle] = 0.0
+        return self._call("cuEventCreate", flags), handle
+
+    def cuEventRecord(self, event: int, stream: int) -> tuple[int]:
+        self.event_times[event] = 1.5 * len([c for c in self.calls if c[0] == "cuEventRecord"])
+        return (self._call("cuEventRecord", event, stream),)
+
+    def cuEventSynchronize(self, event: int) -> tuple[int]:
+        return (self._call("cuEventSynchronize", event),)
+
+    def cuEventElapsedTime(self, start: int, end: int) -> tuple[int, float]:
+        return self._call("cuEventElapsedTime", start, end), self.event_times[end] - self.event_times[start]
+
+    def cuEventDestroy(self, event: int) -> tuple[int]:
+        return (self._call("cuEventDestroy", event),)
+
+    # ----- graphs
+    class CUDA_KERNEL_NODE_PARAMS(types.SimpleNamespace):  # noqa: N801 - the bindings' name
+        """The kernel node parameters (plain attributes, as the bindings' struct has them)."""
+
+    def cuGraphCreate(self, flags: int) -> tuple[int, dict[str, Any]]:
+        return self._call("cuGraphCreate", flags), {"nodes": [], "deps": []}
+
+    def cuGraphAddKernelNode(self, graph: dict, deps: Any, count: int, params: Any) -> tuple[int, int]:
+        graph["nodes"].append(dict(vars(params)))
+        graph["deps"].append(list(deps or [])[:count])
+        return self._call("cuGraphAddKernelNode", count), len(graph["nodes"]) - 1
+
+    def cuGraphInstantiate(self, graph: dict, flags: int) -> tuple[int, dict[str, Any]]:
+        return self._call("cuGraphInstantiate", flags), {"graph": graph, "nodes": [dict(n) for n in graph["nodes"]]}
+
+    def cuGraphExecKernelNodeSetParams(self, graph_exec: dict, node: int, params: Any) -> tuple[int]:
+        graph_exec["nodes"][node] = dict(vars(params))
+        return (self._call("cuGraphExecKernelNodeSetParams", node),)
+
+    def cuGraphLaunch(self, graph_exec: dict, stream: int) -> tuple[int]:
+        for node in graph_exec["nodes"]:
+            self.launches.append(
+                dict(
+                    function=node["func"],
+                    grid=(node["gridDimX"], node["gridDimY"], node["gridDimZ"]),
+                    block=(node["blockDimX"], node["blockDimY"], node["blockDimZ"]),
+                    shared=node["sharedMemBytes"],
+                    params=node["kernelParams"],
+                )
+            )
+        return (self._call("cuGraphLaunch", stream),)
+
+    def cuGraphExecDestroy(self, graph_exec: dict) -> tuple[int]:
+        return (self._call("cuGraphExecDestroy"),)
+
+    def cuGraphDestroy(self, graph: dict) -> tuple[int]:
+        return (self._call("cuGraphDestroy"),)
+
