@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tinycore_cuda", reason="tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
-from tinycore_cuda.renderer import CUDA_C, CUDARenderer  # noqa: E402
+from tinycore_cuda.renderer import CUDA_C, CUDA_TENSOR_CORES, CUDARenderer  # noqa: E402
 
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.testkit.kernels import render_cases  # noqa: E402
@@ -34,7 +34,8 @@ def test_renderer_attributes():
     r = CUDARenderer("sm_90")
     assert (r.device, r.arch, r.dialect) == ("CUDA", "sm_90", CUDA_C)
     assert r.has_local and r.has_shared and r.local_max == (1024, 1024, 64) and r.shared_max == 49152
-    assert r.tensor_cores == [] and r.supported_dtypes >= {dtypes.float16, dtypes.bfloat16, dtypes.float64}
+    assert r.tensor_cores == CUDA_TENSOR_CORES
+    assert r.supported_dtypes >= {dtypes.float16, dtypes.bfloat16, dtypes.float64}
     assert r.native_ops == {"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"}
 
 

@@ -14,7 +14,7 @@ so only where the 16-byte-or-less vector is provably aligned (`CDialect.vector_a
 
 from __future__ import annotations
 
-from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, dtypes
+from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, KernelWriter, TensorCore, UOp, dtypes
 
 # helpers every kernel may use; guarded, so the sources of several kernels can share one translation unit
 CUDA_PRELUDE = """\
@@ -93,7 +93,55 @@ CUDA_C = CDialect(
     half_from_float="tc_from_float<{type}>({x})",
     half_to_float="tc_to_float({x})",
     bitcast="tc_bitcast<{type}, {src}>({x})",
+    wmma=lambda ctx, x, a, b, c: render_mma(ctx, x, a, b, c),
 )
+
+
+# mma.sync.aligned.m16n8k16 (sm_80+), fp32 accumulate: the lane layouts of PTX ISA's "Matrix Fragments for
+# mma.m16n8k16 with floating point type". In each warp, lane = 4 * group + thread_in_group.
+def _mma_a(lane: int, i: int) -> tuple[int, int]:  # A is 16 x 16 (rows m, cols k), 8 halves per lane
+    return (lane >> 2) + 8 * ((i >> 1) & 1), 2 * (lane & 3) + (i & 1) + 8 * (i >> 2)
+
+
+def _mma_b(lane: int, i: int) -> tuple[int, int]:  # B is 16 x 8 (rows k, cols n), 4 halves per lane
+    return 2 * (lane & 3) + (i & 1) + 8 * (i >> 1), lane >> 2
+
+
+def _mma_c(lane: int, i: int) -> tuple[int, int]:  # C and D are 16 x 8 (rows m, cols n), 4 floats per lane
+    return (lane >> 2) + 8 * (i >> 1), 2 * (lane & 3) + (i & 1)
+
+
+CUDA_TENSOR_CORES = [
+    TensorCore.from_maps((8, 16, 16), 32, din, dtypes.float32, a=_mma_a, b=_mma_b, c=_mma_c)
+    for din in (dtypes.float16, dtypes.bfloat16)
+]
+_MMA_TYPE = {dtypes.float16: ("f16", "__halves2half2"), dtypes.bfloat16: ("bf16", "__halves2bfloat162")}
+
+
+def render_mma(ctx: KernelWriter, x: UOp, a: list[str], b: list[str], c: list[str]) -> list[str]:
+    """One ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`` as inline PTX: A and B packed two
+    halves per 32-bit register (the lower half holds the lower-numbered element), C and D four floats."""
+    din = x.src[0].dtype.scalar()
+    if din not in _MMA_TYPE or len(a) != 8 or len(b) != 4 or len(c) != 4:
+        raise ctx.fail(x, "CUDA renders the m16n8k16 fp16/bf16 mma with fp32 accumulate only")
+    kind, pack = _MMA_TYPE[din]
+    regs = []
+    for pair in [a[k : k + 2] for k in range(0, 8, 2)] + [b[k : k + 2] for k in range(0, 4, 2)]:
+        reg = ctx.fresh("mma_r")
+        ctx.emit(f"unsigned {reg} = tc_bitcast<unsigned>({pack}({pair[0]}, {pair[1]}));")
+        regs.append(reg)
+    out = [ctx.fresh("mma_d") for _ in range(4)]
+    for d, acc in zip(out, c):
+        ctx.emit(f"float {d} = {acc};")
+    ctx.emit(
+        f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, '
+        '{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" : '
+        + ", ".join(f'"+f"({d})' for d in out)
+        + " : "
+        + ", ".join(f'"r"({r})' for r in regs)
+        + ");"
+    )
+    return out
 
 
 class CUDARenderer(CStyleRenderer):
@@ -109,9 +157,12 @@ class CUDARenderer(CStyleRenderer):
     global_max = (2**31 - 1, 65535, 65535)
     local_max = (1024, 1024, 64)
     shared_max = 49152  # static __shared__ per block; more needs the dynamic opt-in
-    tensor_cores = []  # WMMA lands with the CUDA device
+    tensor_cores = CUDA_TENSOR_CORES  # mma.sync m16n8k16, sm_80 and newer (see `__init__`)
     native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"})
     supported_dtypes = frozenset(ALL_SCALARS)
 
     def __init__(self, arch: str | None = None):
         self.arch = arch
+        digits = "".join(ch for ch in (arch or "") if ch.isdigit())
+        if digits and int(digits) < 80:
+            self.tensor_cores = []  # mma.sync m16n8k16 with fp32 accumulate needs sm_80
