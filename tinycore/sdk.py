@@ -30,11 +30,11 @@ Names, by topic (classes and functions carry their own documentation):
   `ENTRY_POINT_GROUP` (``"tinycore.devices"``);
 - the device: `Compiled`, `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`, `Device` (the registry of opened
   devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`;
-- code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, the C-family renderer base
-  (`CStyleRenderer`, `CDialect`, `KernelWriter`, `CRenderError`, `index_only_values`: a plugin for a C-family
-  language declares a dialect table instead of writing a renderer), `kernel_function_name` / `c_identifier` (the
-  name a renderer gives a kernel), `disk_get` / `disk_put` (core's
-  disk cache, for compilers caching more than `Compiler.compile_cached` does);
+- code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, `KernelImage` (a GPU-style
+  binary with its parameter kinds), the C-family renderer base (`CStyleRenderer`, `CDialect`, `KernelWriter`,
+  `CRenderError`, `index_only_values`: a plugin for a C-family language declares a dialect table instead of
+  writing a renderer), `kernel_function_name` / `c_identifier` (the name a renderer gives a kernel), `disk_get` /
+  `disk_put` (core's disk cache, for compilers caching more than `Compiler.compile_cached` does);
 - the IR a renderer reads: `UOp`, `Ops`, `GroupOp`, `AxisType`, `UPat`, `PatternMatcher`, `DType`, `PtrDType`,
   `AddrSpace`, `dtypes`, `ALL_SCALARS` (every scalar dtype, a tuple);
 - JIT replay: `GraphRunner`, `GraphUpdate`, `Runner`, `CompiledRunner`, `ExecItem`;
@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from tinycore.plugin.placeholder import PlaceholderHooks
     from tinycore.renderer import Estimates, ProgramSpec, Renderer, TensorCore, c_identifier, kernel_function_name
     from tinycore.renderer.cstyle import CDialect, CRenderError, CStyleRenderer, KernelWriter, index_only_values
-    from tinycore.runtime.compiler import Compiler
+    from tinycore.runtime.compiler import Compiler, KernelImage
     from tinycore.runtime.disk_cache import disk_get, disk_put
     from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
     from tinycore.uop.patterns import PatternMatcher, UPat
@@ -134,6 +134,7 @@ _EXPORTS: dict[str, str] = {
     "KernelWriter": "tinycore.renderer.cstyle",
     "index_only_values": "tinycore.renderer.cstyle",
     "Compiler": "tinycore.runtime.compiler",
+    "KernelImage": "tinycore.runtime.compiler",
     "disk_get": "tinycore.runtime.disk_cache",
     "disk_put": "tinycore.runtime.disk_cache",
     # the IR
@@ -208,6 +209,7 @@ __all__ = [
     "GraphRunner",
     "GraphUpdate",
     "GroupOp",
+    "KernelImage",
     "KernelWriter",
     "LRUAllocator",
     "LaunchableProgram",

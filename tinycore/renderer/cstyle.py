@@ -152,6 +152,22 @@ class CDialect:
         except KeyError:
             raise CRenderError(f"{self.name}: no type for {dtype!r}") from None
 
+    def signature_of(self, src: str) -> tuple[str, list[str]]:
+        """(kernel name, parameter kinds) of the first kernel in rendered `src`: ``"buffer"`` for pointers,
+        ``"long"`` for 64-bit integers, ``"int"`` otherwise (what `tinycore.runtime.compiler.KernelImage` stores).
+
+        >>> CDialect(kernel_prefix="__kernel void").signature_of("__kernel void k(float* a, const long n) {}")
+        ('k', ['buffer', 'long'])
+        """
+        match = re.search(re.escape(self.kernel_prefix) + r"\s+(\w+)\s*\(([^)]*)\)", src)
+        if match is None:
+            raise CRenderError(f"{self.name}: no kernel starting with {self.kernel_prefix!r} in the source")
+        kinds = []
+        for param in (p.strip() for p in match.group(2).split(",") if p.strip()):
+            wide = re.search(r"\blong\b|\bulong\b|int64", param) is not None
+            kinds.append("buffer" if "*" in param else "long" if wide else "int")
+        return match.group(1), kinds
+
     def vector_type_name(self, dtype: DType, n: int) -> str:
         """The name of the `n`-lane vector type of the scalar `dtype`."""
         return self.vector_type.format(scalar=self.vector_stems.get(dtype.scalar()) or self.type_name(dtype), n=n)

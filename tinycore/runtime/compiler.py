@@ -173,3 +173,29 @@ def _counting(srcs: Iterable[str], seen: list[str]) -> Iterator[str]:
     for src in srcs:
         seen.append(src)
         yield src
+
+
+class KernelImage:
+    """A compiled GPU-style kernel as a compiler stores it: ``b"TCKI1 <json parameter kinds>\\n"`` then the device's
+    binary. The kinds (``"buffer"``, ``"int"``, ``"long"``, one per kernel parameter, in order) let a program pass
+    its scalar arguments with the right width when it is loaded from the disk cache without its source (see
+    `tinycore.renderer.cstyle.CDialect.signature_of`).
+
+    >>> KernelImage.unpack(KernelImage.pack(["buffer", "int"], b"ELF"))
+    (['buffer', 'int'], b'ELF')
+    """
+
+    MAGIC = b"TCKI1 "
+
+    @staticmethod
+    def pack(kinds: Sequence[str], image: bytes) -> bytes:
+        """One stored binary."""
+        return KernelImage.MAGIC + json.dumps(list(kinds)).encode() + b"\n" + bytes(image)
+
+    @staticmethod
+    def unpack(lib: bytes) -> tuple[list[str], bytes]:
+        """(parameter kinds, binary) of a stored binary; a ValueError naming the fix for anything else."""
+        if not lib.startswith(KernelImage.MAGIC):
+            raise ValueError("not a tinycore kernel image (an old or foreign cache entry: clear the kernel cache)")
+        header, _, image = lib.partition(b"\n")
+        return json.loads(header[len(KernelImage.MAGIC) :]), image

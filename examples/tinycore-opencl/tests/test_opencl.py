@@ -147,13 +147,15 @@ def test_more_local_memory_than_the_device_has_is_a_clear_error() -> None:
 
 
 def test_stored_binaries_carry_their_argument_kinds() -> None:
-    from tinycore_opencl.device import KernelBinary, argument_kinds
+    from tinycore_opencl.renderer import OPENCL_C
 
-    name, kinds = argument_kinds("__kernel void k(__global float* restrict data0, const int n, const long m) {}")
+    from tinycore.sdk import KernelImage
+
+    name, kinds = OPENCL_C.signature_of("__kernel void k(__global float* restrict data0, const int n, const long m) {}")
     assert (name, kinds) == ("k", ["buffer", "int", "long"])
-    assert KernelBinary.unpack(KernelBinary.pack(kinds, b"\x00bin")) == (kinds, b"\x00bin")
+    assert KernelImage.unpack(KernelImage.pack(kinds, b"\x00bin")) == (kinds, b"\x00bin")
     with pytest.raises(ValueError, match="clear the kernel cache"):
-        KernelBinary.unpack(b"ELF...")
+        KernelImage.unpack(b"ELF...")
 
 
 @needs_device

@@ -2,23 +2,21 @@
 
 ``OPENCL`` is the first device of the first platform that has one, ``OPENCL:n`` the n-th device counting over all
 platforms (`opencl_devices`). Kernels are built for that one device; the binary is what the driver returns for the
-built program, prefixed by the argument kinds read off the source (`KernelBinary`), so a program can be loaded
+built program with the parameter kinds read off the source (`tinycore.sdk.KernelImage`), so a program can be loaded
 from core's disk cache without the source.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 
-from tinycore.sdk import Compiled, CompileError, Compiler, DeviceError, LRUAllocator
+from tinycore.sdk import Compiled, CompileError, Compiler, DeviceError, KernelImage, LRUAllocator
 from tinycore_opencl import __version__
-from tinycore_opencl.renderer import DeviceLimits, OpenCLRenderer
+from tinycore_opencl.renderer import OPENCL_C, DeviceLimits, OpenCLRenderer
 
 FAMILY = "OPENCL"
 DISTRIBUTION = "tinycore-opencl"
@@ -74,40 +72,6 @@ class OpenCLAllocator(LRUAllocator):
             cl.enqueue_copy(self.dev.queue, np.frombuffer(dest, dtype=np.uint8), src, is_blocking=True)
 
 
-class KernelBinary:
-    """A compiled kernel as stored: ``b"TCCL1 <json argument kinds>\\n"`` then the driver's program binary. The kinds
-    are ``"buffer"``, ``"int"`` or ``"long"``, one per kernel parameter, in order."""
-
-    MAGIC = b"TCCL1 "
-
-    @staticmethod
-    def pack(arg_kinds: list[str], binary: bytes) -> bytes:
-        """One stored binary."""
-        return KernelBinary.MAGIC + json.dumps(arg_kinds).encode() + b"\n" + binary
-
-    @staticmethod
-    def unpack(lib: bytes) -> tuple[list[str], bytes]:
-        """(argument kinds, driver binary) of a stored binary; ValueError for anything else."""
-        if not lib.startswith(KernelBinary.MAGIC):
-            raise ValueError("not a tinycore-opencl kernel binary (rebuild it: clear the kernel cache)")
-        header, _, binary = lib.partition(b"\n")
-        return json.loads(header[len(KernelBinary.MAGIC) :]), binary
-
-
-_SIGNATURE = re.compile(r"__kernel\s+void\s+(\w+)\s*\(([^)]*)\)")
-
-
-def argument_kinds(src: str) -> tuple[str, list[str]]:
-    """(kernel name, argument kinds) read off the ``__kernel`` signature of rendered source."""
-    match = _SIGNATURE.search(src)
-    if match is None:
-        raise CompileError("OPENCL compiler: the source has no __kernel function")
-    kinds = []
-    for param in (p.strip() for p in match.group(2).split(",") if p.strip()):
-        kinds.append("buffer" if "*" in param else "long" if re.search(r"\b(u?long)\b", param) else "int")
-    return match.group(1), kinds
-
-
 class OpenCLCompiler(Compiler):
     """OpenCL C to the driver's binary for one device; cached by core under the platform, driver and device."""
 
@@ -119,11 +83,11 @@ class OpenCLCompiler(Compiler):
 
     def cache_key_parts(self) -> Sequence[str]:
         """Platform, driver and device name, and the build options."""
-        return (*self._key, BUILD_OPTIONS)
+        return (*self._key, BUILD_OPTIONS, KernelImage.MAGIC.decode())
 
     def compile(self, src: str) -> bytes:
         """Build `src` for the device; a `CompileError` carries the kernel's name and the driver's build log."""
-        name, kinds = argument_kinds(src)
+        name, kinds = OPENCL_C.signature_of(src)
         program = cl.Program(self.dev.context, src)
         try:
             program.build(options=BUILD_OPTIONS, devices=[self.dev.cl_device])
@@ -132,7 +96,7 @@ class OpenCLCompiler(Compiler):
             raise CompileError(
                 f"{self.dev.device} ({DISTRIBUTION}): kernel {name} failed to build: {error}\nbuild log:\n{log}"
             ) from None
-        return KernelBinary.pack(kinds, program.get_info(cl.program_info.BINARIES)[0])
+        return KernelImage.pack(kinds, program.get_info(cl.program_info.BINARIES)[0])
 
 
 class OpenCLProgram:
@@ -143,7 +107,7 @@ class OpenCLProgram:
 
     def __init__(self, device: OpenCLDevice, name: str, lib: bytes):
         self.dev, self.name = device, name
-        self.kinds, binary = KernelBinary.unpack(lib)
+        self.kinds, binary = KernelImage.unpack(lib)
         program = cl.Program(device.context, [device.cl_device], [binary]).build()
         self.kernel = getattr(program, name)
         # checked here, not left to the driver: CPU drivers such as PoCL run an oversized kernel anyway

@@ -8,11 +8,12 @@ import pytest
 pytest.importorskip("tinycore_cuda", reason="tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
 pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed (pip install 'tinycore[cuda]')")
 from tinycore_cuda import plugin  # noqa: E402
-from tinycore_cuda.compiler import KernelImage, NVRTCCompiler, check_arch, parameter_kinds  # noqa: E402
+from tinycore_cuda.compiler import NVRTCCompiler, check_arch, parameter_kinds  # noqa: E402
 from tinycore_cuda.renderer import CUDARenderer  # noqa: E402
 
 from tinycore.errors import CompileError, DevicePluginError  # noqa: E402
 from tinycore.plugin.manager import get_manager  # noqa: E402
+from tinycore.sdk import KernelImage  # noqa: E402
 from tinycore.testkit.kernels import render_cases  # noqa: E402
 
 

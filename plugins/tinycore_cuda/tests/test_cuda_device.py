@@ -12,9 +12,10 @@ import pytest
 
 pytest.importorskip("tinycore_cuda", reason="tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
 from tinycore_cuda import plugin  # noqa: E402
-from tinycore_cuda.compiler import KernelImage  # noqa: E402
 from tinycore_cuda.device import CUDADevice, CUDAError  # noqa: E402
 from tinycore_cuda.testing import NO_DEVICE, OUT_OF_MEMORY, FakeDriver  # noqa: E402
+
+from tinycore.sdk import KernelImage  # noqa: E402
 
 
 @pytest.fixture

@@ -62,7 +62,9 @@ def test_the_tensor_core_kernel_runs_right_on_the_reference_interpreter(shape, d
 
 def test_cuda_renders_mma_sync_and_nvrtc_builds_it() -> None:
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed (pip install 'tinycore[cuda]')")
-    from tinycore_cuda.compiler import KernelImage, NVRTCCompiler
+    from tinycore_cuda.compiler import NVRTCCompiler
+
+    from tinycore.sdk import KernelImage
 
     renderer = CUDARenderer("sm_90")
     for din, kind, tc_index in ((dtypes.float16, b"f16", 0), (dtypes.bfloat16, b"bf16", 1)):

@@ -6,22 +6,20 @@ writes fused multiply-adds itself: results then match the reference device), ``-
 holds the NVRTC version, the options and the arch. CUBIN for the device's own arch avoids the driver's PTX-version
 limits (PTX from a newer NVRTC does not load on an older driver).
 
-A stored binary is `KernelImage`: the parameter kinds of the kernel (read off its signature) and the CUBIN, so a
-program can be launched from core's disk cache without the source.
+A stored binary is a `tinycore.sdk.KernelImage`: the parameter kinds of the kernel (read off its signature) and the
+CUBIN, so a program can be launched from core's disk cache without the source.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from tinycore.sdk import CompileError, Compiler
+from tinycore.sdk import CompileError, Compiler, KernelImage
 
 ARCH_PATTERN = re.compile(r"^(sm|compute)_(\d{2,3})[af]?$")
-_SIGNATURE = re.compile(r'extern "C" __global__ void\s+(\w+)\s*\(([^)]*)\)')
 INSTALL_NVRTC = "pip install 'tinycore[cuda]' (or: pip install nvidia-cuda-nvrtc nvidia-cuda-runtime cuda-bindings)"
 
 
@@ -36,39 +34,18 @@ def check_arch(arch: str) -> str:
     return arch
 
 
-class KernelImage:
-    """A compiled kernel as stored: ``b"TCCU1 <json parameter kinds>\\n"`` then the CUBIN or PTX. Kinds are
-    ``"buffer"``, ``"int"`` or ``"long"``, one per kernel parameter, in order."""
-
-    MAGIC = b"TCCU1 "
-
-    @staticmethod
-    def pack(kinds: list[str], image: bytes) -> bytes:
-        """One stored binary."""
-        return KernelImage.MAGIC + json.dumps(kinds).encode() + b"\n" + image
-
-    @staticmethod
-    def unpack(lib: bytes) -> tuple[list[str], bytes]:
-        """(parameter kinds, CUBIN/PTX) of a stored binary; ValueError for anything else."""
-        if not lib.startswith(KernelImage.MAGIC):
-            raise ValueError("not a tinycore-cuda kernel image (rebuild it: clear the kernel cache)")
-        header, _, image = lib.partition(b"\n")
-        return json.loads(header[len(KernelImage.MAGIC) :]), image
-
-
 def parameter_kinds(src: str) -> tuple[str, list[str]]:
-    """(kernel name, parameter kinds) of the first ``extern "C" __global__`` function of rendered source.
+    """(kernel name, parameter kinds) of rendered CUDA source (`CDialect.signature_of`); a CompileError without one.
 
     >>> parameter_kinds('extern "C" __global__ void k(float* __restrict__ data0, const int n, const long long m) {}')
     ('k', ['buffer', 'int', 'long'])
     """
-    match = _SIGNATURE.search(src)
-    if match is None:
-        raise CompileError('CUDA compiler: the source has no extern "C" __global__ function')
-    kinds = []
-    for param in (p.strip() for p in match.group(2).split(",") if p.strip()):
-        kinds.append("buffer" if "*" in param else "long" if "long long" in param else "int")
-    return match.group(1), kinds
+    from tinycore_cuda.renderer import CUDA_C
+
+    try:
+        return CUDA_C.signature_of(src)
+    except ValueError as error:
+        raise CompileError(f"CUDA compiler: {error}") from None
 
 
 @cache
@@ -116,8 +93,8 @@ class NVRTCCompiler(Compiler):
         return [f"--gpu-architecture={self.arch}", "--fmad=false", "-std=c++17", f"-I{runtime_include_dir()}"]
 
     def cache_key_parts(self) -> Sequence[str]:
-        """NVRTC's version and the options."""
-        return (f"nvrtc {nvrtc_version()}", *self.options)
+        """NVRTC's version, the options, and the stored format (`KernelImage.MAGIC`)."""
+        return (f"nvrtc {nvrtc_version()}", *self.options, KernelImage.MAGIC.decode())
 
     def compile(self, src: str) -> bytes:
         """Build `src`; a `CompileError` names the kernel and carries NVRTC's log."""

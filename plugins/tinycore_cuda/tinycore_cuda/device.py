@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from tinycore.sdk import Compiled, DeviceError, LRUAllocator
+from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator
 from tinycore_cuda import __version__
-from tinycore_cuda.compiler import KernelImage, NVRTCCompiler
+from tinycore_cuda.compiler import NVRTCCompiler
 from tinycore_cuda.graph import CUDAGraph
 from tinycore_cuda.renderer import CUDARenderer
 

@@ -198,4 +198,3 @@ class FakeDriver:
 
     def cuGraphDestroy(self, graph: dict) -> tuple[int]:
         return (self._call("cuGraphDestroy"),)
-
