@@ -179,7 +179,7 @@ class KernelImage:
     """A compiled GPU-style kernel as a compiler stores it: ``b"TCKI1 <json parameter kinds>\\n"`` then the device's
     binary. The kinds (``"buffer"``, ``"int"``, ``"long"``, one per kernel parameter, in order) let a program pass
     its scalar arguments with the right width when it is loaded from the disk cache without its source (see
-    `tinycore.renderer.cstyle.CDialect.signature_of`).
+    the C-family base's `CDialect.signature_of`).
 
     >>> KernelImage.unpack(KernelImage.pack(["buffer", "int"], b"ELF"))
     (['buffer', 'int'], b'ELF')
