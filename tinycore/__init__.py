@@ -25,9 +25,12 @@ _LAZY_EXPORTS = {
     "Variable": "tinycore.uop.ops",
     "dtypes": "tinycore.dtype",
     "Device": "tinycore.device",
+    "fetch": "tinycore.frontend.fetch",
 }
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "getenv"]
+__all__ = [
+    "Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "UOp", "Variable", "dtypes", "fetch", "getenv",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

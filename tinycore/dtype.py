@@ -137,6 +137,25 @@ class DType:
         """The lane dtype of a vector (a scalar returns itself)."""
         return self._scalar if self._scalar is not None else self
 
+    def nbytes(self) -> int:
+        """Bytes of one element; for a pointer dtype of known ``size``, of the whole buffer it points to."""
+        size = getattr(self, "size", None)
+        if size is None:
+            return self.itemsize
+        if size == -1:
+            raise RuntimeError("can't get nbytes of a pointer with unlimited size")
+        return size * self.itemsize
+
+    @property
+    def min(self) -> ConstType:
+        """The smallest value of this dtype (`dtypes.min`): ``-inf`` for floats, ``False`` for bool."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> ConstType:
+        """The largest value of this dtype (`dtypes.max`): ``inf`` for floats, ``True`` for bool."""
+        return dtypes.max(self)
+
 
 @dataclass(frozen=True, eq=True)
 class PtrDType(DType):
@@ -250,6 +269,13 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
 
     default_float: ClassVar[DType] = float32
     default_int: ClassVar[DType] = int32
+
+    # tinygrad's groups (without its fp8 types, which tinycore doesn't have)
+    floats: ClassVar[tuple[DType, ...]] = (float16, bfloat16, float32, float64)
+    uints: ClassVar[tuple[DType, ...]] = (uint8, uint16, uint32, uint64)
+    sints: ClassVar[tuple[DType, ...]] = (int8, int16, int32, int64)
+    ints: ClassVar[tuple[DType, ...]] = uints + sints
+    all: ClassVar[tuple[DType, ...]] = floats + ints + (bool,)  # noqa: A003 - tinygrad's name
 
     @staticmethod
     def is_float(dtype: DType) -> bool:

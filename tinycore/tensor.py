@@ -51,6 +51,7 @@ from tinycore.engine.schedule import (
 )
 from tinycore.frontend import (
     AutogradMixin,
+    CompatMixin,
     CreationMixin,
     DataMixin,
     ElementwiseMixin,
@@ -500,6 +501,41 @@ set_readers_hook(_readers_of)
 # arange's index values (see `_iota`)
 
 
+class BitwiseDtypeError(TypeError, NotImplementedError):
+    """A bitwise op on a float tensor: PyTorch raises NotImplementedError (``"bitwise_and_cpu" not implemented for
+    'Float'``), earlier tinycore raised TypeError; this is both."""
+
+
+_TORCH_DTYPE_NAMES = {
+    dtypes.bool: "Bool",
+    dtypes.int8: "Char",
+    dtypes.uint8: "Byte",
+    dtypes.int16: "Short",
+    dtypes.uint16: "UInt16",
+    dtypes.int32: "Int",
+    dtypes.uint32: "UInt32",
+    dtypes.int64: "Long",
+    dtypes.uint64: "UInt64",
+    dtypes.float16: "Half",
+    dtypes.bfloat16: "BFloat16",
+    dtypes.float32: "Float",
+    dtypes.float64: "Double",
+}
+
+
+def _torch_dtype_name(dtype: DType) -> str:
+    """PyTorch's name of a dtype in its error messages (``Float``, ``Long``...)."""
+    return _TORCH_DTYPE_NAMES.get(dtype, str(dtype))
+
+
+def _can_cast_inplace(src: DType, dst: DType) -> bool:
+    """`torch.can_cast(src, dst)`: an in-place result may narrow within its kind, never go float -> integer/bool
+    or integer -> bool."""
+    if dtypes.is_float(src):
+        return dtypes.is_float(dst)
+    return not (src != dtypes.bool and dst == dtypes.bool)
+
+
 def _iota(n: int, device: str) -> Tensor:
     """`[0, 1, ..., n-1]` as int32: one IOTA leaf (no buffer input), lowered to the flat loop index: O(n) work."""
     return _wrap(UOp.iota(n, device), device, (n,))
@@ -509,7 +545,9 @@ def _iota(n: int, device: str) -> Tensor:
 # the Tensor
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin, AutogradMixin, DataMixin):
+class Tensor(
+    CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, ProcessingMixin, AutogradMixin, DataMixin, CompatMixin
+):
     """A lazily evaluated multi-dimensional array on one device.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, nested lists/tuples
@@ -731,11 +769,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         Tensor._seed, Tensor._rng_counter = int(seed), 0
 
     @staticmethod
-    def rand(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+    def rand(
+        *shape: Any, device: str | None = None, dtype: Any = None, contiguous: bool = True, **kwargs: Any
+    ) -> Tensor:
         """Uniform numbers in [0, 1): Threefry-2x32 of (element counter, seed), 23 random mantissa bits. The
         counter advances by the number of elements per call, so every device produces the same stream for the same
         seed and call sequence. Seed and counter reach the kernel in a small buffer, so repeated calls reuse one
-        cached schedule and one compiled kernel."""
+        cached schedule and one compiled kernel. ``contiguous`` (tinygrad's: realize into a buffer of its own) is
+        accepted and ignored."""
         shape = _shape_arg(shape)
         dt = _to_dtype(dtype) if dtype is not None else dtypes.default_float
         if not dtypes.is_float(dt):
@@ -924,8 +965,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         self.uop, self.device = t.uop, t.device
         return self
 
-    def contiguous(self) -> Tensor:
-        """This value in its own buffer, elements in order (a no-op for a tensor that already is one)."""
+    def contiguous(self, **kwargs: Any) -> Tensor:
+        """This value in its own buffer, elements in order (a no-op for a tensor that already is one). tinygrad's
+        keyword arguments (an optional tag for its scheduler) are accepted and ignored."""
         return _wrap(self.uop.contiguous(), self.device, self._shape, self._requires_grad)
 
     def detach(self) -> Tensor:
@@ -1053,8 +1095,20 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         """Elementwise product."""
         return self._binop(Ops.MUL, x, reverse)
 
-    def div(self, x: Any, reverse: bool = False) -> Tensor:
-        """True division: integer operands are promoted to the default float first."""
+    def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """Division like `torch.div`: ``rounding_mode=None`` is true division (integer operands are promoted to the
+        default float first); ``"trunc"`` rounds the quotient toward zero and ``"floor"`` toward minus infinity,
+        keeping an integer dtype for integer operands (`idiv` / ``//``)."""
+        if rounding_mode is not None:
+            if rounding_mode not in ("trunc", "floor"):
+                raise RuntimeError(
+                    f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}"
+                )
+            a, b = self._broadcasted(x, reverse)
+            if dtypes.is_float(a.dtype):
+                q = a.div(b)
+                return q.trunc() if rounding_mode == "trunc" else q.floor()
+            return a.idiv(b) if rounding_mode == "trunc" else a // b
         a, b = self._broadcasted(x, reverse)
         dt = least_upper_float(a.dtype)
         grad = _grad_of2(a._requires_grad, b._requires_grad)
@@ -1099,22 +1153,151 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
     def __rxor__(self, x: Any) -> Tensor:
         return self._bitwise(Ops.XOR, x, True)
 
-    def __lshift__(self, n: int) -> Tensor:
-        return self._bitwise(Ops.SHL, n)
+    def __lshift__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.SHL, x)
 
-    def __rshift__(self, n: int) -> Tensor:
-        return self._bitwise(Ops.SHR, n)
+    def __rshift__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.SHR, x)
+
+    def __rlshift__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.SHL, x, True)
+
+    def __rrshift__(self, x: Any) -> Tensor:
+        return self._bitwise(Ops.SHR, x, True)
 
     def __invert__(self) -> Tensor:
         if self.dtype == dtypes.bool:
             return self.logical_not()
+        if dtypes.is_float(self.dtype):
+            raise BitwiseDtypeError(f'"bitwise_not" not implemented for {self.dtype} (needs integer or bool tensors)')
         return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
 
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
-            raise TypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
+            raise BitwiseDtypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
         return _wrap(a.uop.alu(op, b.uop), a.device, a._shape, _grad_of2(a._requires_grad, b._requires_grad))
+
+    # ----- named forms of the operators (tinygrad's and PyTorch's method names)
+
+    def neg(self) -> Tensor:
+        """``-self`` (logical not for bool tensors, as tinygrad; PyTorch raises for bool)."""
+        return -self
+
+    def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+        """``self & x`` for integer and bool tensors (`NotImplementedError`/`TypeError` for floats, as torch)."""
+        return self._bitwise(Ops.AND, x, reverse)
+
+    def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+        """``self | x`` for integer and bool tensors."""
+        return self._bitwise(Ops.OR, x, reverse)
+
+    def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+        """``self ^ x`` for integer and bool tensors."""
+        return self._bitwise(Ops.XOR, x, reverse)
+
+    def bitwise_not(self) -> Tensor:
+        """``~self``: bitwise not of integers, logical not of bools."""
+        return ~self
+
+    def lshift(self, x: Any, reverse: bool = False) -> Tensor:
+        """``self << x`` (``x << self`` with ``reverse``) for integer tensors."""
+        return self._bitwise(Ops.SHL, x, reverse)
+
+    def rshift(self, x: Any, reverse: bool = False) -> Tensor:
+        """``self >> x`` (``x >> self`` with ``reverse``) for integer tensors: arithmetic shift for signed ones."""
+        return self._bitwise(Ops.SHR, x, reverse)
+
+    def eq(self, x: Any) -> Tensor:
+        """``self == x`` elementwise (a bool tensor)."""
+        return self == x
+
+    def ne(self, x: Any) -> Tensor:
+        """``self != x`` elementwise (a bool tensor)."""
+        return self != x
+
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point type (`torch.Tensor.is_floating_point`)."""
+        return dtypes.is_float(self.dtype)
+
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape (``dim=None``) or the size of dimension ``dim`` (negative counts from the end), as torch."""
+        if dim is None:
+            return self.shape
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise TypeError(f"size(): argument 'dim' (position 1) must be int, not {type(dim).__name__}")
+        if self.ndim == 0:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        return self.shape[self._axis(dim)]
+
+    # ----- in-place operators: ``t op= x`` is ``t.assign(t op x)`` and returns ``t`` itself
+
+    def _inplace(self, result: Tensor) -> Tensor:
+        """Write ``result`` into this tensor (`assign`), after PyTorch's checks: its dtype must be castable to ours
+        without changing kind (``int_tensor += 0.5`` raises) and its shape must be ours (no broadcast of ``self``)."""
+        if not _can_cast_inplace(result.dtype, self.dtype):
+            raise RuntimeError(
+                f"result type {_torch_dtype_name(result.dtype)} can't be cast to the desired output type "
+                f"{_torch_dtype_name(self.dtype)}"
+            )
+        if tuple(result.shape) != tuple(self.shape):
+            raise RuntimeError(
+                f"output with shape {_fmt_shape(self.shape)} doesn't match the broadcast shape "
+                f"{_fmt_shape(result.shape)}"
+            )
+        return self.assign(result)
+
+    def __iadd__(self, x: Any) -> Tensor:
+        """``self += x`` in place (``self.assign(self + x)``): aliases and realized buffers see the new value."""
+        return self._inplace(self + x)
+
+    def __isub__(self, x: Any) -> Tensor:
+        """``self -= x`` in place."""
+        return self._inplace(self - x)
+
+    def __imul__(self, x: Any) -> Tensor:
+        """``self *= x`` in place."""
+        return self._inplace(self * x)
+
+    def __itruediv__(self, x: Any) -> Tensor:
+        """``self /= x`` in place (raises for integer tensors: the quotient is a float, as in torch)."""
+        return self._inplace(self / x)
+
+    def __ifloordiv__(self, x: Any) -> Tensor:
+        """``self //= x`` in place."""
+        return self._inplace(self // x)
+
+    def __imod__(self, x: Any) -> Tensor:
+        """``self %= x`` in place."""
+        return self._inplace(self % x)
+
+    def __ipow__(self, x: Any) -> Tensor:
+        """``self **= x`` in place."""
+        return self._inplace(self**x)
+
+    def __iand__(self, x: Any) -> Tensor:
+        """``self &= x`` in place."""
+        return self._inplace(self & x)
+
+    def __ior__(self, x: Any) -> Tensor:
+        """``self |= x`` in place."""
+        return self._inplace(self | x)
+
+    def __ixor__(self, x: Any) -> Tensor:
+        """``self ^= x`` in place."""
+        return self._inplace(self ^ x)
+
+    def __ilshift__(self, x: Any) -> Tensor:
+        """``self <<= x`` in place."""
+        return self._inplace(self << x)
+
+    def __irshift__(self, x: Any) -> Tensor:
+        """``self >>= x`` in place."""
+        return self._inplace(self >> x)
+
+    def __imatmul__(self, x: Any) -> Tensor:
+        """``self @= x`` in place (tinygrad; the product must have this tensor's shape, e.g. square matrices)."""
+        return self._inplace(self @ x)
 
     # ----- comparisons (bool results)
 
@@ -1236,9 +1419,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
 
     # ----- movement
 
-    def reshape(self, *shape: Any) -> Tensor:
-        """The same elements in a new shape; one dimension may be -1 (inferred)."""
-        new = _shape_arg(shape)
+    def reshape(self, shape: Any = (), *args: Any) -> Tensor:
+        """The same elements in a new shape (``reshape(2, 3)`` or ``reshape((2, 3))``); one dimension may be -1
+        (inferred) and a ``None`` entry keeps this tensor's size in that position (tinygrad)."""
+        new = _shape_arg((shape, *args))
+        if None in new:
+            if len(new) > self.ndim and any(d is None for d in new[self.ndim :]):
+                raise RuntimeError(f"reshape: a None entry at position >= {self.ndim} has no dimension to keep")
+            new = tuple(self.shape[i] if d is None else d for i, d in enumerate(new))
         numel = self.numel()
         if sum(1 for d in new if isinstance(d, int) and d == -1) > 1:
             raise RuntimeError("only one dimension can be inferred")
@@ -1256,13 +1444,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             return self
         return _wrap(self.uop.reshape(new), self.device, new, self._requires_grad)
 
-    def view(self, *shape: Any) -> Tensor:
+    def view(self, shape: Any = (), *args: Any) -> Tensor:
         """Alias of `reshape`."""
-        return self.reshape(*shape)
+        return self.reshape(shape, *args)
 
-    def expand(self, *shape: Any) -> Tensor:
+    def expand(self, shape: Any = (), *args: Any) -> Tensor:
         """Broadcast size-1 dimensions to `shape` (-1 keeps a dimension); new leading dimensions are allowed."""
-        new = _shape_arg(shape)
+        new = _shape_arg((shape, *args))
         if len(new) < self.ndim:
             raise RuntimeError(
                 f"expand: the number of sizes provided ({len(new)}) must be greater or equal to the number of "
@@ -1291,9 +1479,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             )
         return axis % n if n else 0
 
-    def permute(self, *order: Any) -> Tensor:
-        """Reorder the dimensions."""
-        dims = tuple(self._axis(a) for a in _shape_arg(order))
+    def permute(self, order: Any = (), *args: Any) -> Tensor:
+        """Reorder the dimensions: ``permute(1, 0)`` or ``permute((1, 0))``."""
+        order = _shape_arg((order, *args))
+        dims = tuple(self._axis(a) for a in order)
         if sorted(dims) != list(range(self.ndim)):
             raise RuntimeError(
                 f"permute: {list(_shape_arg(order))} is not a permutation of the {self.ndim} "
@@ -1334,9 +1523,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             return self
         return _wrap(self.uop.shrink(bounds), self.device, None, self._requires_grad)
 
-    def flip(self, axis: int | Sequence[int]) -> Tensor:
-        """Reverse the order of elements along `axis` (an int or several)."""
-        axes = {self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    def flip(self, axis: int | Sequence[int], *args: int) -> Tensor:
+        """Reverse the order of elements along `axis`: ``flip(0, 1)`` or ``flip((0, 1))``; an axis named twice
+        raises, as in torch."""
+        given = _shape_arg((axis, *args))
+        axes = {self._axis(a) for a in given}
+        if len(axes) != len(given):
+            dup = next(a for a in given if sum(self._axis(b) == self._axis(a) for b in given) > 1)
+            raise RuntimeError(f"dim {self._axis(dup)} appears multiple times in the list of dims")
         if not axes:
             return self
         flags = tuple(i in axes for i in range(self.ndim))
@@ -1366,11 +1560,22 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             return ret
         return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, acc_dtype: Any = None) -> Tensor:
+    def sum(
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        acc_dtype: Any = None,
+    ) -> Tensor:
         """Sum over `axis` (all by default). Accumulates in `sum_acc_dtype` like PyTorch (bool and ints give int64;
-        half and bfloat16 add in float32 and are cast back, so an fp16 total above 65504 is inf); `acc_dtype`
-        overrides it (and the result keeps that dtype). Float sums of more than 2**19 elements per output are split
-        into stages (`tinycore.frontend.reduce.cascade_sum`) so they stay accurate."""
+        half and bfloat16 add in float32 and are cast back, so an fp16 total above 65504 is inf); ``dtype`` (as in
+        `torch.sum`; ``acc_dtype`` is an older tinycore alias) overrides it: the input is cast to it and the result
+        keeps it. Float sums of more than 2**19 elements per output are split into stages
+        (`tinycore.frontend.reduce.cascade_sum`) so they stay accurate."""
+        if dtype is not None and acc_dtype is not None and _to_dtype(dtype) != _to_dtype(acc_dtype):
+            raise TypeError(f"sum: dtype={dtype} and acc_dtype={acc_dtype} disagree (acc_dtype is an alias of dtype)")
+        acc_dtype = dtype if dtype is not None else acc_dtype
         acc = _to_dtype(acc_dtype) if acc_dtype is not None else sum_acc_dtype(self.dtype)
         ret = cascade_sum(self.cast(acc), axis, keepdim)
         if acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16):
@@ -1387,11 +1592,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
             return (self.sum(axis, keepdim, acc_dtype=dtypes.float32) * scale).cast(out)
         return self.sum(axis, keepdim).cast(out) * scale
 
-    def softmax(self, axis: int = -1) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: Any = None, _single_kernel: int = 0) -> Tensor:
         """exp(x - max) / sum(exp(x - max)) along `axis` (one kernel on devices that fuse row reduces, else three
         at most). Like PyTorch's CPU kernel, each row is scaled by the reciprocal of its sum (a multiply per element,
         not a division). Half-precision input is computed in float32 (as PyTorch accumulates) and cast back; an
-        empty axis gives an empty result."""
+        empty axis gives an empty result. ``dtype`` casts the input first (`torch.softmax`'s ``dtype``);
+        ``_single_kernel`` is tinygrad's private fusion switch, accepted and ignored (tinycore fuses anyway)."""
+        if dtype is not None:
+            return self.cast(dtype).softmax(axis)
         x, out_dtype = self._softmax_input(axis)
         if x.ndim == 0:
             return x.reshape(1).softmax(0).reshape(()).cast(out_dtype)
@@ -1400,8 +1608,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Proces
         e = (x - x.max(axis, keepdim=True).detach()).exp()  # shift-invariant: the max needs no gradient
         return (e * e.sum(axis, keepdim=True).reciprocal()).cast(out_dtype)
 
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        """log(softmax(x)) computed stably (half precision in float32, like `softmax`; an empty axis: empty)."""
+    def log_softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
+        """log(softmax(x)) computed stably (half precision in float32, like `softmax`; an empty axis: empty);
+        ``dtype`` casts the input first, as in `torch.log_softmax`."""
+        if dtype is not None:
+            return self.cast(dtype).log_softmax(axis)
         x, out_dtype = self._softmax_input(axis)
         if x.ndim == 0:
             return x.reshape(1).log_softmax(0).reshape(()).cast(out_dtype)

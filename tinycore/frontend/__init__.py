@@ -11,10 +11,12 @@ Each module holds one family of user-facing operations, written only in terms of
 | `reduce.py` | `ReduceMixin` | `prod var std any all argmax logsumexp cumsum sort topk...` |
 | `processing.py` | `ProcessingMixin` | `conv2d pools interpolate einsum attention linear norms`, losses |
 | `autograd.py` | `AutogradMixin` | `backward gradient requires_grad_` |
-| `data.py` | `DataMixin` | `clone to_ float half int bool` |
+| `data.py` | `DataMixin` | `clone to_ float half int bool long short double bfloat16` |
+| `compat.py` | `CompatMixin` | `diag diagonal meshgrid rearrange newton_schulz keccak from_url`, raw ops, graph hints |
 """
 
 from tinycore.frontend.autograd import AutogradMixin
+from tinycore.frontend.compat import CompatMixin
 from tinycore.frontend.creation import CreationMixin
 from tinycore.frontend.data import DataMixin
 from tinycore.frontend.elementwise import ElementwiseMixin
@@ -24,6 +26,7 @@ from tinycore.frontend.reduce import ReduceMixin
 
 __all__ = [
     "AutogradMixin",
+    "CompatMixin",
     "CreationMixin",
     "DataMixin",
     "ElementwiseMixin",

@@ -78,8 +78,12 @@ class CreationMixin:
             kw["dtype"] = dtypes.default_float
         return _tensor_cls().rand(*self.shape, **kw)
 
-    def randn_like(self: Tensor, **kwargs: Any) -> Tensor:  # type: ignore[misc]
+    def randn_like(self: Tensor, dtype: Any = None, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:  # type: ignore[misc]
         """Standard normal numbers of this tensor's shape (float dtype kept, else the default float)."""
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        if requires_grad is not None:
+            kwargs["requires_grad"] = requires_grad
         kw = _like_kwargs(self, kwargs)
         if not dtypes.is_float(kw["dtype"]):
             kw["dtype"] = dtypes.default_float
@@ -148,7 +152,9 @@ class CreationMixin:
     # ----- random
 
     @staticmethod
-    def randn(*shape: Any, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+    def randn(
+        *shape: Any, dtype: Any = None, requires_grad: bool | None = None, device: str | None = None, **kwargs: Any
+    ) -> Tensor:
         """Standard normal numbers (Box-Muller on `rand`)."""
         T = _tensor_cls()
         shp = _shape(shape)
@@ -158,14 +164,14 @@ class CreationMixin:
         u2 = u.shrink(((1, 2), *((0, s) for s in shp))).reshape(shp)
         out = ((1 - u1).log() * -2).sqrt() * (u2 * (2 * math.pi)).cos()
         out = out.cast(dt)
-        out.requires_grad = kwargs.get("requires_grad")
+        out.requires_grad = requires_grad
         return out
 
     @staticmethod
     def randint(
-        *shape: Any, low: int = 0, high: int = 10, device: str | None = None, dtype: Any = None, **kwargs: Any
-    ) -> Tensor:  # noqa: E501
-        """Uniform integers in ``[low, high)`` (int32 by default)."""
+        *shape: Any, low: int = 0, high: int = 10, dtype: Any = dtypes.int, device: str | None = None, **kwargs: Any
+    ) -> Tensor:
+        """Uniform integers in ``[low, high)`` (int32, tinygrad's ``dtypes.int``, by default)."""
         T = _tensor_cls()
         if not isinstance(low, int) or not isinstance(high, int):
             raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
@@ -177,18 +183,27 @@ class CreationMixin:
         return out
 
     @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    def normal(
+        *shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None, **kwargs: Any
+    ) -> Tensor:
         """Normal numbers with the given `mean` and `std`."""
-        rg = kwargs.pop("requires_grad", None)
+        rg = requires_grad
         out = _tensor_cls().randn(*shape, **kwargs) * std + mean
         out.requires_grad = rg
         return out
 
     @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+    def uniform(
+        *shape: Any,
+        low: float = 0.0,
+        high: float = 1.0,
+        dtype: Any = None,
+        requires_grad: bool | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Uniform numbers in ``[low, high)``."""
-        rg = kwargs.pop("requires_grad", None)
-        dt = kwargs.pop("dtype", None) or dtypes.default_float
+        rg = requires_grad
+        dt = dtype or dtypes.default_float
         out = (_tensor_cls().rand(*shape, **kwargs) * (high - low) + low).cast(dt)
         out.requires_grad = rg
         return out
@@ -221,7 +236,7 @@ class CreationMixin:
         return _tensor_cls().normal(*shp, mean=0.0, std=std, **kwargs)
 
     @staticmethod
-    def randperm(n: int, device: str | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+    def randperm(n: int, device: str | None = None, dtype: Any = dtypes.int, **kwargs: Any) -> Tensor:
         """A random permutation of ``0..n-1`` (int32 by default)."""
         T = _tensor_cls()
         if n < 0:

@@ -60,3 +60,19 @@ class DataMixin:
     def bool(self: Tensor) -> Tensor:
         """``self.cast(dtypes.bool)``."""
         return self.cast(dtypes.bool)
+
+    def long(self: Tensor) -> Tensor:
+        """``self.cast(dtypes.int64)``."""
+        return self.cast(dtypes.int64)
+
+    def short(self: Tensor) -> Tensor:
+        """``self.cast(dtypes.int16)``."""
+        return self.cast(dtypes.int16)
+
+    def double(self: Tensor) -> Tensor:
+        """``self.cast(dtypes.float64)``."""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self: Tensor) -> Tensor:
+        """``self.cast(dtypes.bfloat16)``."""
+        return self.cast(dtypes.bfloat16)

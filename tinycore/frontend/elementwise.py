@@ -527,16 +527,23 @@ class ElementwiseMixin:
         x = self._to_float()
         return (x > 0).where(x, alpha * ((x > 0).where(0.0, x) / alpha)._expm1())
 
-    def selu(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """scale * elu(x, alpha) with the self-normalizing constants."""
-        return _SELU_SCALE * self.elu(_SELU_ALPHA)
+    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:  # type: ignore[misc]
+        """``gamma * elu(x, alpha)``. The defaults are tinygrad's rounded constants; they stand for the exact
+        self-normalizing constants (``1.6732632423543772``, ``1.0507009873554805``), which are used, so the default
+        result matches `torch.nn.functional.selu`. Other values are used as given."""
+        alpha = _SELU_ALPHA if alpha == 1.67326 else alpha
+        gamma = _SELU_SCALE if gamma == 1.0507 else gamma
+        return gamma * self.elu(alpha)
 
-    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:  # type: ignore[misc]
-        """``log(1 + exp(beta x)) / beta``, stable: ``max(y, 0) + log1p(exp(-|y|))`` with ``y = beta x``."""
-        y = self._to_float() * beta
+    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # type: ignore[misc]
+        """``log(1 + exp(beta x)) / beta``, stable: ``max(y, 0) + log1p(exp(-|y|))`` with ``y = beta x``; where
+        ``beta x > threshold`` the result is ``x`` itself (gradient 1), as `torch.nn.functional.softplus`."""
+        x = self._to_float()
+        y = x * beta
         pos = y > 0
         out = pos.where(y, 0.0) + pos.where(-y, y).exp()._log1p()
-        return out * (1 / beta) if beta != 1 else out
+        out = out * (1 / beta) if beta != 1 else out
+        return (y > threshold).where(x, out)
 
     def logsigmoid(self: Tensor) -> Tensor:  # type: ignore[misc]
         """log(sigmoid(x)) = -softplus(-x)."""

@@ -380,14 +380,14 @@ class MovementMixin:
     # ------------------------------------------------------------------------------------------------------------
     # repeating and rolling
 
-    def repeat(self: Any, *repeats: Any) -> Tensor:
+    def repeat(self: Any, repeats: Any = (), *args: Any) -> Tensor:
         """Tile the tensor: ``repeats`` gives the number of copies per dimension (leading extra entries add
         dimensions), like `torch.Tensor.repeat`.
 
         >>> Tensor([1, 2]).repeat(2, 2).shape
         (2, 4)
         """
-        reps = tuple(repeats[0]) if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)) else tuple(repeats)
+        reps = tuple(repeats) if not args and isinstance(repeats, (tuple, list)) else (repeats, *args)
         if len(reps) < self.ndim:
             raise RuntimeError(
                 "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
@@ -465,15 +465,15 @@ class MovementMixin:
                 x = x._slice_dim(d, n - k, n).cat(x._slice_dim(d, 0, n - k), dim=d)
         return x
 
-    def unfold(self: Any, dimension: int, size: int, step: int) -> Tensor:
-        """All windows of `size` elements, `step` apart, along `dimension` (`torch.Tensor.unfold`): that dimension
+    def unfold(self: Any, dim: int, size: int, step: int) -> Tensor:
+        """All windows of `size` elements, `step` apart, along `dim` (`torch.Tensor.unfold`): that dimension
         becomes the window count and a new last dimension of `size` is added. Movement ops only (no copies):
         the data is tiled, reshaped with rows `step` longer than the dimension, so row ``i`` starts at ``i * step``.
 
         >>> Tensor.arange(7).unfold(0, 3, 2).tolist()  # doctest: +SKIP
         [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
         """
-        d = _dim(dimension, self.ndim)
+        d = _dim(dim, self.ndim)
         x = self if self.ndim else self.reshape(1)
         n = x.shape[d]
         if size > n:

@@ -330,9 +330,9 @@ class ProcessingMixin:
         ret = ret.cast(out_dtype)
         return ret.cast(dtype) if dtype is not None else ret
 
-    def matmul(self: Tensor, w: Tensor, dtype: Any = None) -> Tensor:
-        """``self @ w`` (see `dot`)."""
-        return self.dot(w, dtype)
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: Any = None) -> Tensor:
+        """``self @ x`` (``x @ self`` with ``reverse``), see `dot`; ``dtype`` casts the result."""
+        return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
     def __matmul__(self: Tensor, w: Tensor) -> Tensor:
         return self.dot(w)
@@ -340,18 +340,22 @@ class ProcessingMixin:
     def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
         return x.dot(self)
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: Any = None) -> Tensor:
         """``self @ weight + bias`` with tinygrad's layout: ``weight`` is ``(in, out)`` (a 1-d weight multiplies
-        elementwise). PyTorch's ``F.linear(x, w, b)`` is ``x.linear(w.T, b)``."""
-        x = self * weight if weight.ndim == 1 else self.dot(weight)
+        elementwise). PyTorch's ``F.linear(x, w, b)`` is ``x.linear(w.T, b)``. ``dtype`` (tinygrad) is the
+        product's result dtype, before the bias is added."""
+        x = self * weight if weight.ndim == 1 else self.dot(weight, dtype=dtype)
+        if dtype is not None and weight.ndim == 1:
+            x = x.cast(dtype)
         return x + bias if bias is not None else x
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: Any = None) -> Tensor:
         """Einstein summation like `torch.einsum`: ``Tensor.einsum("ij,jk->ik", a, b)``.
 
         Supports implicit output (letters used once, sorted), ``...`` (broadcast dims), repeated letters in one
         operand (diagonals, e.g. ``"ii->i"``) and size-1 broadcasting. Built as one broadcast product and one sum.
+        ``dtype`` (tinygrad) is the accumulation and result dtype.
         """
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = tuple(operands[0])
@@ -433,9 +437,9 @@ class ProcessingMixin:
         summed = tuple(range(len(rhs), len(letters)))
         if summed:
             out_dtype = result.dtype
-            result = result.sum(summed, acc_dtype=narrow_acc_dtype(out_dtype))
-            result = result.cast(out_dtype)
-        return result
+            result = result.sum(summed, acc_dtype=narrow_acc_dtype(out_dtype) if dtype is None else dtype)
+            result = result.cast(out_dtype if dtype is None else dtype)
+        return result if dtype is None else result.cast(dtype)
 
     # ----- convolutions
 
@@ -447,10 +451,12 @@ class ProcessingMixin:
         stride: int | Sequence[int] = 1,
         dilation: int | Sequence[int] = 1,
         padding: int | str | Sequence[int] = 0,
+        dtype: Any = None,
     ) -> Tensor:
         """N-d cross-correlation like `torch.nn.functional.conv{1,2,3}d`; the number of spatial dims comes from
         ``weight`` (``(cout, cin/groups, *kernel)``). ``padding`` may be an int, one int per dim, ``2*m`` ints in
-        `F.pad` order (asymmetric), ``'valid'`` or ``'same'``. One reduce kernel (bias fused).
+        `F.pad` order (asymmetric), ``'valid'`` or ``'same'``. One reduce kernel (bias fused). ``dtype`` (tinygrad)
+        is the accumulation and result dtype of the products' sum (before the bias).
 
         >>> Tensor.ones(1, 2, 5, 5).conv2d(Tensor.ones(3, 2, 3, 3)).shape
         (1, 3, 3, 3)
@@ -504,7 +510,12 @@ class ProcessingMixin:
         w = weight.reshape(1, groups, rcout, *((1,) * m), cin_g, *kernel)
         prods = win * w
         out_dtype = x.dtype if x.dtype == weight.dtype else prods.dtype
-        ret = prods.sum(tuple(range(3 + m, 4 + 2 * m)), acc_dtype=narrow_acc_dtype(prods.dtype))
+        if dtype is not None:
+            from tinycore.tensor import _to_dtype
+
+            out_dtype = _to_dtype(dtype)
+        acc = narrow_acc_dtype(prods.dtype) if dtype is None else out_dtype
+        ret = prods.sum(tuple(range(3 + m, 4 + 2 * m)), acc_dtype=acc)
         ret = ret.cast(out_dtype).reshape(bs, cout, *out_sp)
         if bias is not None:
             ret = ret + bias.reshape(1, cout, *((1,) * m))

@@ -180,9 +180,18 @@ class ReduceMixin:
         return ~((~self)._reduce(Ops.MAX, axis, keepdim))
 
     def prod(
-        self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, acc_dtype: Any = None
+        self: Tensor,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: Any = None,
+        *,
+        acc_dtype: Any = None,
     ) -> Tensor:  # type: ignore[misc]
-        """Product over `axis` (all by default; 1 over nothing). Integer accumulation dtypes as `sum`."""
+        """Product over `axis` (all by default; 1 over nothing). Integer accumulation dtypes as `sum`; ``dtype``
+        (``acc_dtype`` is an older tinycore alias) casts the input first and is the result's dtype, as `torch.prod`."""
+        if dtype is not None and acc_dtype is not None and dtype != acc_dtype:
+            raise TypeError(f"prod: dtype={dtype} and acc_dtype={acc_dtype} disagree (acc_dtype is an alias of dtype)")
+        acc_dtype = dtype if dtype is not None else acc_dtype
         acc = acc_dtype if acc_dtype is not None else sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
         if acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16):

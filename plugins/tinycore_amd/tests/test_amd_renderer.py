@@ -102,13 +102,15 @@ def assembly(sources, tmp_path_factory) -> dict[str, str]:
     done = subprocess.run([*cmd, "-O3", "-S", "kernels.hip", "-o", "kernels.s"], cwd=folder, capture_output=True)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
     text = (folder / "kernels.s").read_text()
-    parts = re.split(r"^\s*\.globl\s+(\w+)\s*$", text, flags=re.M)
-    return {name.removeprefix("k_"): code for name, code in zip(parts[1::2], parts[2::2])}
+    parts = re.split(r"^k_(\w+):", text, flags=re.M)  # each kernel's code runs from its label to the next one
+    kernels = {name: code for name, code in zip(parts[1::2], parts[2::2])}
+    kernels["<all>"] = text
+    return kernels
 
 
 def test_every_kernel_compiles_for_amdgpu(assembly, sources):
-    assert set(assembly) == set(sources)
-    assert all(f".amdhsa_kernel k_{name}" in code for name, code in assembly.items())
+    assert set(assembly) - {"<all>"} == set(sources)  # clang 19 adds a __hip_cuid symbol: not a kernel
+    assert all(f".amdhsa_kernel k_{name}" in assembly["<all>"] for name in sources)
 
 
 def test_assembly_has_the_barrier_the_lds_and_vector_accesses(assembly):
@@ -116,5 +118,6 @@ def test_assembly_has_the_barrier_the_lds_and_vector_accesses(assembly):
     assert "ds_write_b128" in assembly["row_sum"] and "ds_read_b128" in assembly["row_sum"]
     assert "global_load_dwordx4" in assembly["broadcast"] and "global_store_dwordx4" in assembly["broadcast"]
     assert "global_load_dwordx4" in assembly["matmul"] and "s_barrier" not in assembly["broadcast"]
-    assert "v_cvt_f32_f16" in assembly["half_bf16"] and "v_sqrt_f64" in assembly["float64"]
-    assert not re.search(r"s_swappc|s_setpc", "".join(assembly.values()))  # no library calls
+    assert "v_cvt_f32_f16" in assembly["half_bf16"]
+    assert re.search(r"v_sqrt_f64|v_rsq_f64", assembly["float64"])  # clang 19 refines v_rsq_f64 to a rounded sqrt
+    assert not re.search(r"s_swappc|s_setpc", assembly["<all>"])  # no library calls

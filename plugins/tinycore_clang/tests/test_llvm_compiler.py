@@ -252,3 +252,12 @@ def test_auto_backend_is_llvm_exactly_where_libllvm_is(monkeypatch: pytest.Monke
     assert probe is not None and probe.ok  # auto never picks a backend that can't run
     report = tinycore_report_info("CLANG")["backend"]
     assert report.startswith("c (auto: no llvm backend:") and "is not a file" in report
+
+
+def test_llvm_18_and_newer_run_instcombine_without_the_fixpoint_abort():
+    from tinycore_clang.libllvm import pipeline_for
+
+    new = pipeline_for(19, KERNEL_PIPELINE)
+    assert "instcombine<no-verify-fixpoint>" in new and new.count("instcombine") == KERNEL_PIPELINE.count("instcombine")
+    assert pipeline_for(17, KERNEL_PIPELINE) == KERNEL_PIPELINE
+    assert pipeline_for(19, "function(instcombine<max-iterations=1>)") == "function(instcombine<max-iterations=1>)"

@@ -205,6 +205,21 @@ CODEGEN_ARGS: tuple[str, ...] = ()
 of the code generator's time on a register-blocked matmul, but conv2d ran 12% and the MLP's matmuls 5-9% slower.)"""
 
 
+def pipeline_for(version: int, pipeline: str) -> str:
+    """`pipeline` as LLVM `version` must read it: from LLVM 18 a bare ``instcombine`` in a pipeline text checks that
+    it reached a fixpoint and aborts the whole process when it did not (seen on LLVM 19 with a conv's backward
+    kernel); the ``-O`` pipelines run it without that check, and so does this one.
+
+    >>> pipeline_for(19, "function(sroa,instcombine,instcombine<max-iterations=2>)")
+    'function(sroa,instcombine<no-verify-fixpoint>,instcombine<max-iterations=2>)'
+    >>> pipeline_for(15, "function(instcombine)")
+    'function(instcombine)'
+    """
+    if version < 18:
+        return pipeline
+    return re.sub(r"\binstcombine\b(?!<)", "instcombine<no-verify-fixpoint>", pipeline)
+
+
 @dataclass(frozen=True)
 class PassOptions:
     """What the optimizer runs: `pipeline` is a new-pass-manager pipeline text (default `KERNEL_PIPELINE`;
@@ -366,7 +381,7 @@ class LLVMToolchain:
             ]
             for setter, enabled in switches:
                 setter(builder, int(enabled))
-            error = lib.LLVMRunPasses(module, options.pipeline.encode(), machine, builder)
+            error = lib.LLVMRunPasses(module, pipeline_for(self.version, options.pipeline).encode(), machine, builder)
             if error:
                 pointer = lib.LLVMGetErrorMessage(error)
                 text = ctypes.string_at(pointer).decode(errors="replace")
