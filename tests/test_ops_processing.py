@@ -462,3 +462,18 @@ def test_sequential(device: str) -> None:
     check_op(device, [(3, 4)], lambda x: torch.relu(x * 2 + 1), lambda x: x.sequential([lambda t: t * 2 + 1,
              Tensor.relu]))  # fmt: skip
     assert math.isclose(Tensor(2.0, device=device).sequential([]).item(), 2.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_matmul_multiplies_in_float32_like_torch(device: str, dtype: str) -> None:
+    import torch as _torch
+
+    from tinycore.dtype import dtypes as _dtypes
+
+    rng = np.random.default_rng(7)
+    a, b = rng.uniform(-3, 3, (19, 70)).astype(np.float32), rng.uniform(-3, 3, (70, 23)).astype(np.float32)
+    tdt, ours = getattr(_torch, dtype), getattr(_dtypes, dtype)
+    want = (_torch.tensor(a).to(tdt) @ _torch.tensor(b).to(tdt)).float().numpy()
+    got = (Tensor(a, device=device).cast(ours) @ Tensor(b, device=device).cast(ours)).cast(_dtypes.float32).numpy()
+    # both round the float32 sum once: equal up to that last rounding (one ulp of the 16-bit result)
+    np.testing.assert_allclose(got, want, rtol=2 ** -7 if dtype == "bfloat16" else 2**-10, atol=1e-2)

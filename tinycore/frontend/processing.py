@@ -288,7 +288,8 @@ class ProcessingMixin:
     def dot(self: Tensor, w: Tensor, dtype: Any = None) -> Tensor:
         """Matrix product with PyTorch semantics: 1-d operands (vector dot, matrix-vector), broadcast batch dims.
         A broadcast multiply and one sum over the shared dimension, which the scheduler fuses into one kernel
-        (with an elementwise epilogue such as ``+ bias`` and ``relu``). ``dtype`` casts the result.
+        (with an elementwise epilogue such as ``+ bias`` and ``relu``). ``dtype`` casts the result. 16-bit float
+        operands are multiplied and summed in float32 (PyTorch's semantics) and the result rounded once.
 
         >>> (Tensor.ones(2, 3) @ Tensor.ones(3, 4)).shape
         (2, 4)
@@ -318,6 +319,9 @@ class ProcessingMixin:
                 ) from error
         out_dtype = x.dtype if x.dtype == w.dtype else least_upper_dtype(x.dtype, w.dtype)
         acc = narrow_acc_dtype(out_dtype)  # int32 accumulation for ints: their result is cast back anyway
+        if dtypes.is_float(out_dtype) and out_dtype.itemsize < acc.itemsize:
+            # 16-bit floats: products in float32 as well (PyTorch's result; the form GPU tensor cores compute)
+            x, w = x.cast(acc), w.cast(acc)
         if n2 == 1:
             ret = (x * w).sum(-1, acc_dtype=acc)
         elif n1 == 1:
