@@ -65,6 +65,22 @@ def test_cli_bench_json_has_a_row_per_library(run_python):
     assert {("dispatch", "tinycore"), ("dispatch", "numpy"), ("sum", "tinycore"), ("sum", "numpy")} <= rows
     assert all(row["value"] > 0 and row["calls"] >= 3 for row in report["results"])
     assert report["ratios"]["sum"] > 0 and "[bench] sum: round 1/1" in out.stderr
+    assert report["device"] == "PYTHON" and "> 1: tinycore is better" in report["ratio"]
+    assert {row["size"] for row in report["results"] if row["workload"] == "sum"} == {"4,194 floats"}
+
+
+def test_cli_bench_quick_table_names_device_sizes_and_the_ratio(run_python):
+    out = run_python("", args=["-m", "tinycore", "bench", "--quick", "--only", "dispatch,matmul", "--device", "PYTHON"])
+    assert out.returncode == 0, out.stderr
+    header, columns, *rows = out.stdout.strip().splitlines()
+    assert header.startswith("tinycore on PYTHON; ratio: tinycore against the best peer, > 1: tinycore is better")
+    assert columns.split()[:3] == ["workload", "size", "unit"]
+    assert rows[0].startswith("dispatch         x+1, 16 floats") and "float32" in rows[1]
+
+
+def test_cli_version(run_python):
+    out = run_python("", args=["-m", "tinycore", "--version"])
+    assert out.returncode == 0 and out.stdout.strip().startswith("tinycore 0.")
 
 
 def test_cli_bench_rejects_unknown_workloads(run_python):

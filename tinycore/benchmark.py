@@ -36,6 +36,7 @@ class Workload:
     unit: str
     build: Callable[[str, float, str | None], Callable[[], Any] | None]
     amount: Callable[[float], float]
+    size: Callable[[float], str] = lambda scale: ""  # the problem size at `scale`, for the table
 
 
 @dataclass
@@ -162,13 +163,37 @@ def _build_matmul(lib: str, size_scale: float, device: str | None) -> Callable[[
 WORKLOADS: dict[str, Workload] = {
     work.name: work
     for work in (
-        Workload("dispatch", "us/call", _build_dispatch, lambda scale: 1.0),
-        Workload("chain20_eager", "us/call", _build_chain20_eager, lambda scale: 1.0),
-        Workload("chain20_jit", "us/call", _build_chain20_jit, lambda scale: 1.0),
-        Workload("elementwise", "GB/s", _build_elementwise, lambda scale: 12.0 * _scaled(4 << 20, scale)),
-        Workload("sum", "GB/s", _build_sum, lambda scale: 4.0 * _scaled(4 << 20, scale)),
-        Workload("softmax", "GB/s", _build_softmax, lambda scale: 8.0 * _softmax_side(scale) ** 2),
-        Workload("matmul", "GFLOPS", _build_matmul, lambda scale: 2.0 * _matmul_side(scale) ** 3),
+        Workload("dispatch", "us/call", _build_dispatch, lambda scale: 1.0, lambda scale: "x+1, 16 floats"),
+        Workload("chain20_eager", "us/call", _build_chain20_eager, lambda scale: 1.0, lambda s: "20 ops, 1024"),
+        Workload("chain20_jit", "us/call", _build_chain20_jit, lambda scale: 1.0, lambda s: "20 ops, 1024"),
+        Workload(
+            "elementwise",
+            "GB/s",
+            _build_elementwise,
+            lambda scale: 12.0 * _scaled(4 << 20, scale),
+            lambda scale: f"a*b+a, {_scaled(4 << 20, scale):,}",
+        ),
+        Workload(
+            "sum",
+            "GB/s",
+            _build_sum,
+            lambda scale: 4.0 * _scaled(4 << 20, scale),
+            lambda scale: f"{_scaled(4 << 20, scale):,} floats",
+        ),
+        Workload(
+            "softmax",
+            "GB/s",
+            _build_softmax,
+            lambda scale: 8.0 * _softmax_side(scale) ** 2,
+            lambda scale: f"{_softmax_side(scale)}x{_softmax_side(scale)}",
+        ),
+        Workload(
+            "matmul",
+            "GFLOPS",
+            _build_matmul,
+            lambda scale: 2.0 * _matmul_side(scale) ** 3,
+            lambda scale: f"{_matmul_side(scale)}^3 float32",
+        ),
     )
 }
 
@@ -233,17 +258,23 @@ def ratio(results: list[Result], workload: str) -> float | None:
     return mine[0].value / max(peer.value for peer in peers)
 
 
-def format_table(results: list[Result]) -> str:
-    """The results as a text table, one row per workload, one column per library, then the ratio."""
+def format_table(results: list[Result], device: str | None = None, size_scale: float = 1.0) -> str:
+    """The results as a text table, one row per workload (with its problem size), one column per library, then the
+    ratio; a header line names tinycore's device and says what the ratio means."""
     libraries = [lib for lib in LIBRARIES if any(r.library == lib for r in results)]
     workloads = list(dict.fromkeys(r.workload for r in results))
-    lines = [f"{'workload':<16} {'unit':<8}" + "".join(f"{lib:>11}" for lib in libraries) + f"{'ratio':>9}"]
+    lines = [
+        f"tinycore on {device or 'the default device'}; ratio: tinycore against the best peer, > 1: tinycore is better",
+        f"{'workload':<16} {'size':<18} {'unit':<8}" + "".join(f"{lib:>11}" for lib in libraries) + f"{'ratio':>9}",
+    ]
     for name in workloads:
         row = {r.library: r for r in results if r.workload == name}
         unit = next(iter(row.values())).unit
+        size = WORKLOADS[name].size(size_scale) if name in WORKLOADS else ""
         cells = "".join(f"{row[lib].value:>11.2f}" if lib in row else f"{'-':>11}" for lib in libraries)
         value = ratio(results, name)
-        lines.append(f"{name:<16} {unit:<8}{cells}" + (f"{value:>8.2f}x" if value is not None else f"{'-':>9}"))
+        cell = f"{value:>8.2f}x" if value is not None else f"{'-':>9}"
+        lines.append(f"{name:<16} {size:<18} {unit:<8}{cells}" + cell)
     return "\n".join(lines)
 
 

@@ -98,6 +98,29 @@ def _canonical_device(device: str | tuple[str, ...] | None) -> Any:
     return Device.canonicalize(device)
 
 
+def _is_torch_tensor(data: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(data, torch.Tensor)
+
+
+def _host_array_of(data: Any) -> tuple[Any, DType]:
+    """A numpy array with the values of a foreign array (`__dlpack__`; torch tensors on any device, bfloat16 too) and
+    its dtype here. Gradients are not carried over (``requires_grad`` starts False, as with a numpy array)."""
+    import numpy as np
+
+    if _is_torch_tensor(data):
+        torch = sys.modules["torch"]
+        host = data.detach().cpu().contiguous()
+        if host.dtype == torch.bfloat16:  # numpy has no bfloat16: float32 holds every value exactly
+            return host.float().numpy(), dtypes.bfloat16
+        return host.numpy(), dtypes.from_np(host.numpy().dtype)
+    try:
+        arr = np.from_dlpack(data)
+    except (TypeError, RuntimeError, BufferError) as error:
+        raise TypeError(f"can't make a Tensor from {type(data).__name__} through DLPack: {error}") from error
+    return arr, dtypes.from_np(arr.dtype)
+
+
 def _to_dtype(dtype: Any) -> DType:
     if isinstance(dtype, DType):
         return dtype
@@ -624,8 +647,16 @@ class Tensor(
         elif "numpy" in sys.modules and isinstance(data, sys.modules["numpy"].ndarray):
             dt = dt or dtypes.from_np(data.dtype)
             self.uop = _from_numpy(data, dev, dt)
+        elif hasattr(data, "__dlpack__") or _is_torch_tensor(data):  # torch, jax, cupy...: through numpy (a copy)
+            arr, source_dt = _host_array_of(data)
+            self.uop = _from_numpy(arr, dev, source_dt)
+            if dt is not None and dt != source_dt:
+                self.uop = self.uop.cast(dt)
         else:
-            raise TypeError(f"can't make a Tensor from {type(data).__name__}")
+            raise TypeError(
+                f"can't make a Tensor from {type(data).__name__}: pass a number, a (nested) list, a numpy array, "
+                "bytes, or an object with __dlpack__ (torch, jax, cupy)"
+            )
         self._shape = self.uop.shape
 
     # ----- basic properties
@@ -899,6 +930,17 @@ class Tensor(
             return buf.numpy().reshape(self.shape)
         finally:
             _lock_release()
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        """DLPack export (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``): a host copy of the value, through numpy.
+        bfloat16 has no numpy twin: cast it first."""
+        if self.dtype == dtypes.bfloat16:
+            raise BufferError("bfloat16 can't be exported through numpy's DLPack: use t.float() (or t.numpy())")
+        return self.numpy().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """The DLPack device of `__dlpack__`'s copy: the host CPU."""
+        return (1, 0)
 
     def tolist(self) -> Any:
         """The value as (nested) Python lists; a 0-d tensor gives a scalar."""

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata as importlib_metadata
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -983,6 +984,20 @@ class PluginManager:
         """Probe every registered family; ``{family: ProbeResult}`` in priority order."""
         return {name: self.probe(name) for name in self.device_names()}
 
+    def working_devices(self, exclude: str = "") -> list[str]:
+        """Registered families whose probe passes, best first (priority order), without `exclude`; a probe that
+        raises counts as not working."""
+        working = []
+        for name in self.device_names():
+            if name == exclude:
+                continue
+            try:
+                if self.probe(name).ok:
+                    working.append(name)
+            except Exception:  # a broken plugin is reported where it is asked for, not here
+                continue
+        return working
+
     def check_available(self, name: str) -> tuple[DeviceEntry, int]:
         """Resolve ``name`` and make sure its probe passed and its ordinal exists; raise the matching DeviceError."""
         entry, ordinal = self.resolve(name)
@@ -991,6 +1006,9 @@ class PluginManager:
         facts = {"device": display, "distribution": rec.distribution, "version": rec.version}
         if not probe.ok:
             fix = probe.hint or f"run `tinycore doctor {entry.name}` for details"
+            working = self.working_devices(exclude=entry.name)
+            if working:
+                fix += f"; devices that work here: {', '.join(working)} (DEV={working[0]})"
             raise DeviceUnavailableError(probe.reason or "its probe did not pass", fix=fix, **facts)
         if ordinal >= probe.device_count:
             raise DeviceUnavailableError(
@@ -1149,9 +1167,11 @@ def _install_fix(family: str) -> str:
         extras = importlib_metadata.metadata(CORE_DISTRIBUTION).get_all("Provides-Extra") or []
     except importlib_metadata.PackageNotFoundError:
         extras = []
+    checkout = Path(__file__).resolve().parents[2] / "plugins" / f"tinycore_{extra}"
+    local = f" (from this source checkout: pip install -e {checkout})" if (checkout / "pyproject.toml").exists() else ""
     if extra in extras:
-        return f"pip install 'tinycore[{extra}]'"
-    return f"pip install tinycore-{extra.replace('_', '-')} (or the distribution that provides {family})"
+        return f"pip install 'tinycore[{extra}]'{local}"
+    return f"pip install tinycore-{extra.replace('_', '-')} (or the distribution that provides {family}){local}"
 
 
 _manager: PluginManager | None = None

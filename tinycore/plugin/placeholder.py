@@ -46,7 +46,7 @@ class PlaceholderHooks:
         return ProbeResult(
             ok=False,
             reason="not implemented yet",
-            hint=f"use another device (e.g. DEV=PYTHON) until {self.distribution} implements {self.device}",
+            hint=f"use another device until {self.distribution} implements {self.device}",
             device_count=0,
         )
 

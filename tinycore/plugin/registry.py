@@ -51,10 +51,13 @@ class DeviceRegistry:
         return self._manager if self._manager is not None else get_manager()
 
     def canonicalize(self, name: str) -> str:
-        """The canonical spelling of device ``name``; ValueError (naming the rule) when it is not a device name."""
+        """The canonical spelling of device ``name``; ValueError (naming the rule) when it is not a device name, and
+        the `DeviceError` saying what to install when no plugin provides it (so ``t.to("NOPE")`` fails right there,
+        not at the first ``.numpy()``)."""
         canonical = self._canonical.get(name)
         if canonical is None:
             canonical = self.manager.canonicalize(name)
+            self.manager.resolve(canonical)
             self._canonical[name] = canonical
         return canonical
 
