@@ -128,7 +128,8 @@ def test_doctor_reports_unfinished_plugin_with_fix(fake_site):
     assert out.returncode == 1
     report = json.loads(out.stdout)["devices"][0]
     assert report["status"] == "FAIL" and report["reason"] == "probe: not implemented yet"
-    assert report["distribution"] == "tinycore-metal" and "devices that work here:" in report["fix"] and "DEV=" in report["fix"]
+    assert report["distribution"] == "tinycore-metal"
+    assert "devices that work here:" in report["fix"] and "DEV=" in report["fix"]
 
 
 def test_doctor_says_there_is_no_nvidia_driver_and_what_to_do(fake_site):

@@ -40,7 +40,7 @@ def test_dlpack_both_ways() -> None:
 
 
 def test_an_unsupported_object_names_what_works() -> None:
-    with pytest.raises(TypeError, match=r"can't make a Tensor from object: pass a number, a \(nested\) list, .*dlpack"):
+    with pytest.raises(TypeError, match=r"can't make a Tensor from object: pass a number, a \(nested\) list, .*dl"):
         Tensor(object())
 
 
