@@ -49,6 +49,7 @@ __all__ = [
     "LRUAllocator",
     "LaunchableProgram",
     "Program",
+    "host_address",
     "is_dtype_supported",
     "renderer_setting",
 ]
@@ -245,6 +246,14 @@ def _flat_mv(mv: memoryview) -> memoryview:
     if mv.nbytes == 0:
         return memoryview(b"")
     return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+def host_address(mv: memoryview) -> int:
+    """The address of a contiguous host buffer, writable or read-only (what a device allocator's ``copyin`` and
+    ``copyout`` hand a driver's memcpy)."""
+    import numpy as np
+
+    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
 
 
 class Buffer:

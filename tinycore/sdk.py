@@ -29,7 +29,8 @@ Names, by topic (classes and functions carry their own documentation):
   version: a plugin's ``TINYCORE_PLUGIN_API`` must have the same major and a minor not above it),
   `ENTRY_POINT_GROUP` (``"tinycore.devices"``);
 - the device: `Compiled`, `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`, `Device` (the registry of opened
-  devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`;
+  devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`, `host_address` (a host buffer's address for a
+  driver's memcpy);
 - code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, `KernelImage` (a GPU-style
   binary with its parameter kinds), the C-family renderer base (`CStyleRenderer`, `CDialect`, `KernelWriter`,
   `CRenderError`, `index_only_values`: a plugin for a C-family language declares a dialect table instead of
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         LaunchableProgram,
         LRUAllocator,
         Program,
+        host_address,
     )
     from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
     from tinycore.engine.exec_item import CompiledRunner, ExecItem, Runner
@@ -121,6 +123,7 @@ _EXPORTS: dict[str, str] = {
     "Device": "tinycore.device",
     "Program": "tinycore.device",
     "LaunchableProgram": "tinycore.device",
+    "host_address": "tinycore.device",
     # code generation
     "Renderer": "tinycore.renderer",
     "TensorCore": "tinycore.renderer",
@@ -232,6 +235,7 @@ __all__ = [
     "disk_put",
     "dtypes",
     "hookimpl",
+    "host_address",
     "index_only_values",
     "kernel_function_name",
     "parse_env",

@@ -8,20 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator
+from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, host_address
 from tinycore_amd import __version__
 from tinycore_amd.compiler import HIPCompiler
 from tinycore_amd.hip import DISTRIBUTION, CtypesHIP, HIPApi, find_runtime
 from tinycore_amd.renderer import AMDRenderer
 
 FAMILY = "AMD"
-
-
-def _host_pointer(mv: memoryview) -> int:
-    """The address of a contiguous host buffer (writable or read-only)."""
-    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
 
 
 class AMDAllocator(LRUAllocator):
@@ -43,13 +36,13 @@ class AMDAllocator(LRUAllocator):
         """Host bytes into device memory."""
         if src.nbytes:
             self.dev.activate()
-            self.dev.hip.copy_to_device(dest, _host_pointer(src), src.nbytes)
+            self.dev.hip.copy_to_device(dest, host_address(src), src.nbytes)
 
     def copyout(self, dest: memoryview, src: Any) -> None:
         """Device memory to host bytes (after the queued kernels)."""
         if dest.nbytes:
             self.dev.activate()
-            self.dev.hip.copy_to_host(_host_pointer(dest), src, dest.nbytes)
+            self.dev.hip.copy_to_host(host_address(dest), src, dest.nbytes)
 
     def transfer(self, dest: Any, src: Any, size: int, src_dev: Compiled, dest_dev: Compiled) -> None:
         """A copy between two AMD GPUs."""

@@ -13,9 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import numpy as np
-
-from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator
+from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, host_address
 from tinycore_cuda import __version__
 from tinycore_cuda.compiler import NVRTCCompiler
 from tinycore_cuda.graph import CUDAGraph
@@ -47,6 +45,18 @@ class Driver:
             return values[0] if len(values) == 1 else tuple(values) if values else None
 
         return checked
+
+    def timed(self, launch: Any) -> float:
+        """Seconds between two events recorded around `launch()` on the default stream (waits for the second)."""
+        start, end = self.cuEventCreate(0), self.cuEventCreate(0)
+        self.cuEventRecord(start, 0)
+        launch()
+        self.cuEventRecord(end, 0)
+        self.cuEventSynchronize(end)
+        milliseconds = self.cuEventElapsedTime(start, end)
+        self.cuEventDestroy(start)
+        self.cuEventDestroy(end)
+        return float(milliseconds) * 1e-3
 
     def error(self, call: str, err: Any) -> CUDAError:
         """A `CUDAError` for `call` failing with `err`."""
@@ -87,13 +97,13 @@ class CUDAAllocator(LRUAllocator):
         """Host bytes into device memory (synchronous)."""
         if src.nbytes:
             self.dev.activate()
-            self.dev.driver.cuMemcpyHtoD(dest, _host_pointer(src), src.nbytes)
+            self.dev.driver.cuMemcpyHtoD(dest, host_address(src), src.nbytes)
 
     def copyout(self, dest: memoryview, src: Any) -> None:
         """Device memory to host bytes (waits for queued kernels: the default stream is in order)."""
         if dest.nbytes:
             self.dev.activate()
-            self.dev.driver.cuMemcpyDtoH(_host_pointer(dest), src, dest.nbytes)
+            self.dev.driver.cuMemcpyDtoH(host_address(dest), src, dest.nbytes)
 
     def transfer(self, dest: Any, src: Any, size: int, src_dev: Compiled, dest_dev: Compiled) -> None:
         """A copy between two CUDA devices (peer copy; the driver stages it when peer access is off)."""
@@ -103,11 +113,6 @@ class CUDAAllocator(LRUAllocator):
     def offset(self, opaque: Any, size: int, offset: int) -> Any:
         """A view `offset` bytes into an allocation (device pointers are plain addresses)."""
         return int(opaque) + offset
-
-
-def _host_pointer(mv: memoryview) -> int:
-    """The address of a contiguous host buffer (writable or read-only)."""
-    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
 
 
 class CUDAProgram:
@@ -139,17 +144,9 @@ class CUDAProgram:
         driver = self.dev.driver
         self.dev.activate()
         if wait:
-            start, end = driver.cuEventCreate(0), driver.cuEventCreate(0)
-            driver.cuEventRecord(start, 0)
+            return driver.timed(lambda: driver.cuLaunchKernel(self.function, *grid, *block, 0, 0, args, 0))
         driver.cuLaunchKernel(self.function, *grid, *block, 0, 0, args, 0)
-        if not wait:
-            return None
-        driver.cuEventRecord(end, 0)
-        driver.cuEventSynchronize(end)
-        milliseconds = driver.cuEventElapsedTime(start, end)
-        driver.cuEventDestroy(start)
-        driver.cuEventDestroy(end)
-        return float(milliseconds) * 1e-3
+        return None
 
 
 class CUDADevice(Compiled):

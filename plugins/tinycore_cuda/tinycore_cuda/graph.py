@@ -76,18 +76,10 @@ class CUDAGraph(GraphRunner):
                 driver.cuGraphExecKernelNodeSetParams(self.exec, self.nodes[index], self._params(index))
                 self.patched += 1
         self.submissions += 1
-        if not wait:
-            driver.cuGraphLaunch(self.exec, 0)
-            return None
-        start, end = driver.cuEventCreate(0), driver.cuEventCreate(0)
-        driver.cuEventRecord(start, 0)
+        if wait:
+            return driver.timed(lambda: driver.cuGraphLaunch(self.exec, 0))
         driver.cuGraphLaunch(self.exec, 0)
-        driver.cuEventRecord(end, 0)
-        driver.cuEventSynchronize(end)
-        milliseconds = driver.cuEventElapsedTime(start, end)
-        driver.cuEventDestroy(start)
-        driver.cuEventDestroy(end)
-        return float(milliseconds) * 1e-3
+        return None
 
     def __del__(self) -> None:
         try:
