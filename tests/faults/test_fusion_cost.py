@@ -126,3 +126,15 @@ def test_row_functions_at_every_width(name, cols):
     ours, theirs = ROW_FUNCTIONS[name]
     data = np.random.default_rng(cols).standard_normal((5, cols), dtype=np.float32)
     np.testing.assert_allclose(ours(Tensor(data)).numpy(), theirs(torch.tensor(data)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_layernorm_feeding_a_matmul_is_realized_not_its_broadcast_product() -> None:
+    """The normalized rows are computed once into their own buffer; the matmul's (rows x out x in) product is never
+    written to memory (it was: 270 MB per step of a tiny GPT, 40x slower than without row fusion)."""
+    from tinycore.tensor import Tensor
+
+    x = Tensor.randn(64, 32, 64).realize()
+    w = Tensor.randn(64, 256).realize()
+    items = [i for i in (x.layernorm() @ w).schedule() if i.ast is not None]
+    biggest = max(b.size for item in items for b in item.outputs)
+    assert biggest <= 64 * 32 * 256, f"a kernel writes {biggest} elements: the broadcast product was realized"

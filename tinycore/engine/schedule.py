@@ -964,9 +964,12 @@ class _Scheduler:
             only_rows[u] = (u in rows if u.op is Ops.REDUCE_AXIS else True) and all(only_rows[s] for s in inner)
             stays = bool(rows) and only_rows[u]
             stays = stays and all(c.op is not Ops.REDUCE_AXIS or c in rows for c in self.consumers[u])
-            if flag and feeds[u] and u.op not in GroupOp.Movement and not stays:
-                self._mark(u)
             has_reduce[u] = flag
+            if flag and feeds[u] and u.op not in GroupOp.Movement and not stays:
+                # a broadcast product (a layernorm's rows times a weight): its reduce-holding operand, not the
+                # product, is what gets computed once
+                for value in self._broadcast_row_values(u, has_reduce) or [u]:
+                    self._mark(value)
         # an ASSIGN whose value reads the target buffer through another view: compute the value first
         for u in self.topo:
             if u.op is Ops.ASSIGN and self._assign_hazard(u):
@@ -1048,10 +1051,34 @@ class _Scheduler:
                 passes[u] = (passes[u.src[0]] if u.src[0] not in self.points else 0) + 1
                 if passes[u] > _MAX_ROW_PASSES:
                     # a stack of row functions (softmax of a softmax...): each later pass would recompute every
-                    # layer before it, cost quadratic in depth. The value the reduce reads is realized instead.
-                    self._mark(_view_base(u.src[0]))
+                    # layer before it, cost quadratic in depth. The earlier passes' result is realized instead: where
+                    # it is broadcast into this reduce's input (a layernorm feeding a matmul: the normalized rows,
+                    # never the matmul's broadcast product), else the value the reduce reads.
+                    for value in self._broadcast_row_values(u.src[0], passes) or [_view_base(u.src[0])]:
+                        self._mark(value)
                     passes[u] = 1
         return out
+
+    def _broadcast_row_values(self, value: UOp, passes: dict[UOp, Any]) -> list[UOp]:
+        """The values carrying row passes (or reduces: `passes` is true for them) that `value`'s kernel broadcasts
+        along a new axis into `value` (the operands of a product, as a layernorm's rows feeding a matmul): what to
+        realize so that a broadcast product is never the thing computed once. Broadcasts of a row reduce back over
+        its row are looked through."""
+        found: list[UOp] = []
+        stack, seen = [value], set()
+        while stack:
+            n = stack.pop()
+            if n in seen or (n is not value and n in self.points) or not passes.get(n, 0):
+                continue
+            seen.add(n)
+            grown = [i for i, (a, b) in enumerate(zip(n.src[0].shape, n.shape)) if a != b] if n.op is Ops.EXPAND else []
+            if grown and grown != [len(n.shape) - 1]:  # a product's broadcast, not a row reduce's back over its row
+                base = _view_base(n.src[0])
+                if base not in self.points and base.op not in _LEAVES and base not in found:
+                    found.append(base)
+                continue
+            stack.extend(n.src)
+        return found
 
     def _mark_broadcast_into_reduce(self) -> None:
         """Realize a value computed from other kernels' outputs when it is broadcast into a reduce and costs more
