@@ -61,8 +61,8 @@ def probe() -> ProbeResult:
             device_count=0,
             reason=f"driver too old for this NVRTC: the driver supports CUDA {version // 1000}.{version % 1000 // 10}, "
             f"NVRTC is CUDA {major}",
-            hint=f"update the NVIDIA driver, or install NVRTC {version // 1000}: pip install "
-            f"'nvidia-cuda-nvrtc=={version // 1000}.*' 'nvidia-cuda-runtime=={version // 1000}.*'",
+            hint=f"update the NVIDIA driver to one for CUDA {major} or newer (https://www.nvidia.com/drivers); "
+            f"tinycore-cuda builds with NVRTC {major}",
         )
     _, count = driver.cuDeviceGetCount()
     if count == 0:
