@@ -221,3 +221,13 @@ def test_the_pass_stage_is_used():
     # non-pointer keeps the value dtype, so the graph is structurally wrong for a kernel
     with pytest.raises(SpecError, match="kernel"):
         graph_rewrite(a_kernel(), to_buffer, name="bufferize", spec="kernel")
+
+
+def test_threefry_is_valid_on_uint64_vectors_and_random_kernels_pass_the_spec(run_python) -> None:
+    key = UOp(Ops.VCONST, dtypes.uint64.vec(4), (), (1, 2, 3, 4))
+    type_verify([key, UOp(Ops.THREEFRY, dtypes.uint64.vec(4), (key, key))], "any")
+    with pytest.raises(SpecError, match="THREEFRY works on uint64"):
+        bad = UOp(Ops.CONST, dtypes.uint32, (), 1)
+        type_verify([bad, UOp(Ops.THREEFRY, dtypes.uint32, (bad, bad))], "any")
+    out = run_python("from tinycore import Tensor\nprint(Tensor.rand(4).numpy().shape)", env={"SPEC": "1"})
+    assert out.returncode == 0 and "(4,)" in out.stdout, out.stderr[-2000:]

@@ -174,8 +174,8 @@ def _check_alu(u: UOp) -> str | None:
         return f"{op.name} needs a float dtype, got {dt!r}"
     if op in (Ops.AND, Ops.OR, Ops.XOR) and not (_is_int(dt) or _is_bool(dt)):
         return f"{op.name} needs an integer or bool dtype, got {dt!r}"
-    if op is Ops.THREEFRY and dt != dtypes.uint64:
-        return f"THREEFRY works on uint64, got {dt!r}"
+    if op is Ops.THREEFRY and dt.scalar() != dtypes.uint64:  # lane by lane on vectors
+        return f"THREEFRY works on uint64 (or vectors of it), got {dt!r}"
     return None
 
 
