@@ -642,3 +642,14 @@ def test_outputs_with_variable_offsets_follow_each_call(dev: str) -> None:
         window, input_view = f(x, offset.bind(value))
         assert window.sum().item() == (xn[value : value + 2] * 2).sum()
         assert input_view.sum().item() == xn[value : value + 3].sum()
+
+
+def test_capturing_off_says_so_instead_of_nothing_to_replay() -> None:
+    from tinycore.helpers import Context
+
+    step = TinyJit(lambda x: (x * 2).realize())
+    x = Tensor([1.0, 2.0]).realize()
+    with Context(CAPTURING=0):
+        step(x)  # the first call runs eagerly
+        with pytest.raises(JitError, match=r"can't capture with CAPTURING=0 .*unset CAPTURING, or set JIT=0"):
+            step(x)

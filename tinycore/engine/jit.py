@@ -72,7 +72,7 @@ from tinycore.engine.multi import multi_uop
 from tinycore.engine.realize import capture_exec_items
 from tinycore.engine.schedule import buffer_of, buffer_written, new_buffer_uop
 from tinycore.errors import JitError
-from tinycore.helpers import JIT, REALIZE_LOCK, ContextVar, GlobalCounters
+from tinycore.helpers import CAPTURING, JIT, REALIZE_LOCK, ContextVar, GlobalCounters
 from tinycore.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["CapturedJit", "TinyJit", "jit_stats"]
@@ -1045,6 +1045,11 @@ class TinyJit(Generic[ReturnType]):
             _capturing.pop()
         del ret
         if not items:
+            if not CAPTURING.value:
+                raise JitError(
+                    f"TinyJit {self._name()} can't capture with CAPTURING=0 (recording of kernels is turned off): "
+                    "unset CAPTURING, or set JIT=0 to run TinyJit functions directly"
+                )
             raise JitError(
                 f"TinyJit {self._name()} launched no kernels while capturing: nothing to replay (its outputs are "
                 "inputs or constants); call the function without TinyJit"
