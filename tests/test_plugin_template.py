@@ -19,7 +19,6 @@ import pytest
 from conftest import clean_env
 
 copier = pytest.importorskip("copier", reason="copier is not installed (pip install copier; it is in the test extra)")
-import tinycore  # noqa: E402
 from tinycore.sdk import PLUGIN_API_VERSION  # noqa: E402
 from tinycore.testkit import StaticTier  # noqa: E402
 
@@ -68,15 +67,11 @@ def generated(template_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="module")
 def venv(generated: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A fresh venv (seeing this interpreter's packages; their pip installs into it) with the generated plugin
-    pip-installed in it (offline: no dependencies, no build isolation), and the environment to run it in: this
-    checkout's `tinycore` first on the path (through a folder holding only a link to the package, so no other
-    metadata shadows the installed one)."""
+    pip-installed in it (offline: no dependencies, no build isolation), and the environment to run it in."""
     root = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root / "env"], check=True)
     python = root / "env" / "bin" / "python"
-    (root / "core").mkdir()
-    (root / "core" / "tinycore").symlink_to(Path(tinycore.__file__).parent, target_is_directory=True)
-    env = clean_env({"TINYCORE_CACHE_DIR": str(root / "cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, [root / "core"])
+    env = clean_env({"TINYCORE_CACHE_DIR": str(root / "cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, [])
     source = shutil.copytree(generated, root / "src")  # pip builds in the source folder: keep `generated` pristine
     install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", source]
     done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=300, cwd=root)

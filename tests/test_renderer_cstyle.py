@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tinycore.codegen import get_program
-from tinycore.dtype import ALL_SCALARS, dtypes
+from tinycore.dtype import ALL_SCALARS, AddrSpace, dtypes
 from tinycore.renderer.cstyle import (
     CDialect,
     CRenderError,
@@ -111,7 +111,7 @@ def test_gpu_style_kernel_uses_every_dialect_field() -> None:
         dialect = CDialect(
             name="toy",
             kernel_prefix="__kernel void",
-            address_spaces={__import__("tinycore.dtype", fromlist=["AddrSpace"]).AddrSpace.GLOBAL: "__global "},
+            address_spaces={AddrSpace.GLOBAL: "__global "},
             launch_ids={"gidx": "group({dim})", "lidx": "local({dim})"},
             barrier="sync();",
             shared_decl="__shared {type} {name}[{size}];",

@@ -49,6 +49,7 @@ __all__ = [
     "LRUAllocator",
     "LaunchableProgram",
     "Program",
+    "grid_and_block",
     "host_address",
     "is_dtype_supported",
     "renderer_setting",
@@ -246,6 +247,20 @@ def _flat_mv(mv: memoryview) -> memoryview:
     if mv.nbytes == 0:
         return memoryview(b"")
     return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+def grid_and_block(
+    global_size: tuple[int, ...], local_size: tuple[int, ...] | None
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A launch's ``(global_size, local_size)`` as two 3-tuples (missing dims are 1; ``local_size=None`` is one
+    work-item per group): the grid and block a CUDA/HIP-style launch takes.
+
+    >>> grid_and_block((4, 2), None)
+    ((4, 2, 1), (1, 1, 1))
+    """
+    grid = (tuple(global_size) + (1, 1, 1))[:3]
+    block = (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+    return grid, block  # type: ignore[return-value]
 
 
 def host_address(mv: memoryview) -> int:

@@ -30,7 +30,7 @@ Names, by topic (classes and functions carry their own documentation):
   `ENTRY_POINT_GROUP` (``"tinycore.devices"``);
 - the device: `Compiled`, `Allocator`, `LRUAllocator`, `BufferSpec`, `Buffer`, `Device` (the registry of opened
   devices: ``Device["CLANG:1"]``), `Program`, `LaunchableProgram`, `host_address` (a host buffer's address for a
-  driver's memcpy);
+  driver's memcpy), `grid_and_block` (launch dims as a grid and a block);
 - code generation: `Renderer`, `TensorCore`, `ProgramSpec`, `Estimates`, `Compiler`, `KernelImage` (a GPU-style
   binary with its parameter kinds), the C-family renderer base (`CStyleRenderer`, `CDialect`, `KernelWriter`,
   `CRenderError`, `index_only_values`: a plugin for a C-family language declares a dialect table instead of
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         LaunchableProgram,
         LRUAllocator,
         Program,
+        grid_and_block,
         host_address,
     )
     from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
@@ -124,6 +125,7 @@ _EXPORTS: dict[str, str] = {
     "Program": "tinycore.device",
     "LaunchableProgram": "tinycore.device",
     "host_address": "tinycore.device",
+    "grid_and_block": "tinycore.device",
     # code generation
     "Renderer": "tinycore.renderer",
     "TensorCore": "tinycore.renderer",
@@ -234,6 +236,7 @@ __all__ = [
     "disk_get",
     "disk_put",
     "dtypes",
+    "grid_and_block",
     "hookimpl",
     "host_address",
     "index_only_values",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from tinycore.sdk import ALL_SCALARS, DeviceCapabilities, ProbeResult, dtypes, hookimpl
+from tinycore.sdk import DeviceCapabilities, ProbeResult, dtypes, hookimpl
 from tinycore_opencl import __version__
 
 if TYPE_CHECKING:
@@ -110,14 +110,12 @@ def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
     if not _is_opencl(name):
         return None
     from tinycore_opencl.device import limits_of, opencl_devices
+    from tinycore_opencl.renderer import OpenCLRenderer
 
     found = opencl_devices()
     limits = limits_of(found[0]) if found else None
-    excluded = {dtypes.bfloat16}
-    excluded |= {dtypes.float16} if limits is None or not limits.fp16 else set()
-    excluded |= {dtypes.float64} if limits is None or not limits.fp64 else set()
     return DeviceCapabilities(
-        dtypes=frozenset(ALL_SCALARS) - excluded,
+        dtypes=OpenCLRenderer(limits).supported_dtypes if limits else frozenset(),
         features=frozenset({"local", "shared", "float4"}),
         limits={"shared_max": limits.local_mem} if limits else {},
     )

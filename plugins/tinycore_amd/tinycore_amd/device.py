@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, host_address
+from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, grid_and_block, host_address
 from tinycore_amd import __version__
 from tinycore_amd.compiler import HIPCompiler
 from tinycore_amd.hip import DISTRIBUTION, CtypesHIP, HIPApi, find_runtime
@@ -73,8 +73,7 @@ class AMDProgram:
         wait: bool = False,
     ) -> float | None:
         """Launch on the GPU's null stream; with `wait`, the seconds between events around it."""
-        grid = (tuple(global_size) + (1, 1, 1))[:3]
-        block = (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+        grid, block = grid_and_block(global_size, local_size)
         if 0 in grid or 0 in block:
             return 0.0 if wait else None
         args = [int(b) for b in bufs] + [int(v) for v in vals]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, host_address
+from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, grid_and_block, host_address
 from tinycore_cuda import __version__
 from tinycore_cuda.compiler import NVRTCCompiler
 from tinycore_cuda.graph import CUDAGraph
@@ -136,8 +136,7 @@ class CUDAProgram:
         wait: bool = False,
     ) -> float | None:
         """Launch on the device's default stream."""
-        grid = (tuple(global_size) + (1, 1, 1))[:3]
-        block = (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+        grid, block = grid_and_block(global_size, local_size)
         if 0 in grid or 0 in block:
             return 0.0 if wait else None
         args = (tuple(int(b) for b in bufs) + tuple(int(v) for v in vals), self.types)

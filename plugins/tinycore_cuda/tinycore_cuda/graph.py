@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tinycore.sdk import CompiledRunner, Device, ExecItem, GraphRunner, GraphUpdate
+from tinycore.sdk import CompiledRunner, Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
 
 if TYPE_CHECKING:
     from tinycore_cuda.device import CUDADevice
@@ -52,8 +52,7 @@ class CUDAGraph(GraphRunner):
         item = self.items[index]
         program = item.runner.program  # type: ignore[attr-defined]
         global_size, local_size = self.launch_dims[index]
-        grid = (tuple(global_size) + (1, 1, 1))[:3]
-        block = (tuple(local_size or (1, 1, 1)) + (1, 1, 1))[:3]
+        grid, block = grid_and_block(global_size, local_size)
         params = self.gpu.driver.bindings.CUDA_KERNEL_NODE_PARAMS()
         params.func = program.function
         params.gridDimX, params.gridDimY, params.gridDimZ = grid
