@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""A/B of LLVM pass pipelines for the CLANG ``llvm`` backend: every kernel of a few Tensor workloads is compiled
-with the default pipeline (`tinycore_clang.libllvm.KERNEL_PIPELINE`, "base") and with each pipeline given (for
-example ``default<O2>``), then the builds of one kernel are timed interleaved in one
-process on the same buffers, so the ratios compare code quality and not the machine's mood.
+"""A/B of LLVMs and pass pipelines for the CLANG ``llvm`` backend: every kernel of a few Tensor workloads is
+compiled with the default LLVM and pipeline ("base": llvmlite's LLVM, or ``TINYCORE_LLVM_LIB``'s, with
+`tinycore_clang.libllvm.KERNEL_PIPELINE`) and with each pipeline given, then the builds of one kernel are timed
+interleaved in one process on the same buffers, so the ratios compare code quality and not the machine's mood.
 
 Usage:
-    python bench/bench_llvm_pipeline.py "function(sroa,instcombine,...)" ["another;..."] [--only NAME,NAME]
+    python bench/bench_llvm_pipeline.py "default<O2>;system:function(sroa,instcombine,...);system:" [--only NAME,NAME]
 
-Pipelines are separated by ``;``. Workloads: conv2d 8x64x56x56 (3x3, pad 1), an odd matmul (217x186@186x171),
+Pipelines are separated by ``;``. A plain pipeline runs on the default LLVM; ``system:PIPELINE`` on the system's
+libLLVM (`tinycore_clang.libllvm.find_system_library`), ``system:`` alone with its default pipeline: that compares
+llvmlite's LLVM with the system's. Compile time is CPU time (parse, optimize, emit), so a busy machine skews it
+less than wall time. Workloads: conv2d 8x64x56x56 (3x3, pad 1), an odd matmul (217x186@186x171),
 softmax / layernorm / argmax / cumsum of 1024x1000, an MLP training step (784-512-512-10, batch 128, SGD), an
 embedding lookup. Prints per kernel (slower than 20 us) the run time under the base pipeline and each pipeline's
 ratio to it, then total run time and total compile time per pipeline. LLVM's command-line options are per process:
@@ -77,12 +80,21 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated kernel names")
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    from tinycore_clang.libllvm import PassOptions
+    from tinycore_clang.libllvm import PassOptions, find_system_library
     from tinycore_clang.llvm_compiler import LLVMCompiler, options_from_env
 
     base = replace(options_from_env(), pipeline=PassOptions().pipeline)  # LLVM options (CLANG_LLVM_ARGS): per process
-    pipelines = {"base": base.pipeline, **{f"P{i}": p for i, p in enumerate(args.pipelines.split(";"))}}
-    compilers = {name: LLVMCompiler(options=replace(base, pipeline=p)) for name, p in pipelines.items()}
+    compilers = {"base": LLVMCompiler(options=base)}
+    for i, spec in enumerate(args.pipelines.split(";")):
+        on_system = spec.startswith("system:")
+        pipeline = spec.removeprefix("system:")
+        library = find_system_library() if on_system else None
+        if library is not None and not library.ok:
+            sys.exit(f"{spec}: {library.reason}")
+        options = replace(base, pipeline=pipeline or base.pipeline)
+        compilers[f"P{i}"] = LLVMCompiler(library=library, options=options)
+    for name, compiler in compilers.items():
+        print(f"{name}: {compiler!r}")
     only = set(filter(None, args.only.split(",")))
     run_total = dict.fromkeys(compilers, 0.0)
     compile_total = dict.fromkeys(compilers, 0.0)
@@ -92,9 +104,9 @@ def main() -> None:
             continue
         runners = {}
         for key, compiler in compilers.items():
-            start = time.perf_counter()
+            start = time.thread_time()
             lib = compiler.compile(spec.src)
-            compile_total[key] += time.perf_counter() - start
+            compile_total[key] += time.thread_time() - start
             runners[key] = CompiledRunner(spec, precompiled=lib)
         times: dict[str, list[float]] = {key: [] for key in runners}
         for _ in range(args.rounds):
@@ -113,7 +125,7 @@ def main() -> None:
             ratios = " ".join(f"{key} {median[key] / median['base']:.3f}" for key in median)
             print(f"{median['base'] * 1e3:8.3f} ms  {ratios}  {name}")
     print(f"kernels {len(rows)}; run " + " ".join(f"{k} {v * 1e3:.2f}" for k, v in run_total.items()) + " ms")
-    print("compile " + " ".join(f"{k} {v * 1e3:.0f}" for k, v in compile_total.items()) + " ms")
+    print("compile (CPU) " + " ".join(f"{k} {v * 1e3:.0f}" for k, v in compile_total.items()) + " ms")
 
 
 if __name__ == "__main__":

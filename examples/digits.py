@@ -6,6 +6,13 @@ Runs on the default device (``--device`` or ``DEV=`` picks another), shows a pro
 the training accuracy, prints the test accuracy and the time, saves the weights (``--save``) and exits 0 only when
 the test accuracy reaches ``--min-accuracy`` (default 0.97). ``--load PATH`` evaluates saved weights without training.
 The whole training step (forward, backward, Adam update) runs under `TinyJit`: captured once, then replayed.
+
+``--distributed`` trains data-parallel across the processes of an MPI job (``pip install 'tinycore[mpi]'``)::
+
+    mpirun -np 2 python3 examples/digits.py --distributed
+
+each rank trains on its shard of every epoch (`tinycore.distributed.DistributedSampler`) with ``--batch-size``
+images per step, and the gradients are averaged across ranks inside the captured step; rank 0 prints and saves.
 """
 
 from __future__ import annotations
@@ -72,20 +79,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", metavar="PATH", help="evaluate these weights (from --save) instead of training")
     ap.add_argument("--device", help="the device to run on (default: DEV or the best one available)")
     ap.add_argument("--min-accuracy", type=float, default=0.97)
+    ap.add_argument("--distributed", action="store_true", help="data-parallel across the ranks of an MPI job")
     args = ap.parse_args(argv)
+    rank, world = 0, 1
+    if args.distributed:
+        import tinycore.distributed as dist
+
+        group = dist.init()
+        rank, world = group.rank, group.world_size
+    say = print if rank == 0 else (lambda *a, **k: None)
 
     if args.device:
         Device.DEFAULT = args.device
     Tensor.manual_seed(args.seed)
     x_train, y_train, x_test, y_test = load_data()
     model = DigitsCNN()
-    print(f"device {Device.DEFAULT}: {len(y_train)} training and {len(y_test)} test images of 8x8 digits")
+    say(f"device {Device.DEFAULT}: {len(y_train)} training and {len(y_test)} test images of 8x8 digits"
+        + (f", {world} ranks" if args.distributed else ""))  # fmt: skip
     start = time.perf_counter()
 
     if args.load:
         load_state_dict(model, safe_load(args.load))
     else:
-        opt = nn.optim.Adam(get_parameters(model), lr=args.lr)
+        params = get_parameters(model)
+        if args.distributed:
+            dist.broadcast_parameters(params)  # every rank starts from rank 0's weights
+        opt = nn.optim.Adam(params, lr=args.lr)
 
         @TinyJit
         @Tensor.train()
@@ -95,25 +114,35 @@ def main(argv: list[str] | None = None) -> int:
             logits = model(x)
             loss = logits.sparse_categorical_crossentropy(y)
             loss.backward()
+            if args.distributed:
+                dist.average_gradients(params)  # one all_reduce for all gradients, replayed by TinyJit
             opt.step()
             return loss.realize(), (logits.argmax(-1) == y).sum().realize()
 
         rng = np.random.default_rng(args.seed)
-        n_batches = len(y_train) // args.batch_size  # the last partial batch is dropped: TinyJit needs fixed shapes
+        sampler = dist.DistributedSampler(len(y_train), seed=args.seed) if args.distributed else None
+        shard = len(sampler) if sampler is not None else len(y_train)
+        n_batches = shard // args.batch_size  # the last partial batch is dropped: TinyJit needs fixed shapes
         for epoch in range(1, args.epochs + 1):
-            order = rng.permutation(len(y_train))
-            bar = tqdm(range(n_batches), desc=f"epoch {epoch:2d}/{args.epochs}", unit="batch", leave=True)
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+                order = np.array(sampler.indices())
+            else:
+                order = rng.permutation(len(y_train))
+            bar = tqdm(range(n_batches), desc=f"epoch {epoch:2d}/{args.epochs}", unit="batch", leave=True,
+                       disable=rank != 0)  # fmt: skip
             seen = correct = 0
             for i in bar:
                 idx = order[i * args.batch_size : (i + 1) * args.batch_size]
                 loss, hits = train_step(Tensor(x_train[idx]), Tensor(y_train[idx]))
                 seen, correct = seen + len(idx), correct + int(hits.item())
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{correct / seen:.3f}")
-        safe_save(get_state_dict(model), args.save)
-        print(f"saved the weights to {args.save}")
+        if rank == 0:
+            safe_save(get_state_dict(model), args.save)
+        say(f"saved the weights to {args.save}")
 
     accuracy = evaluate(model, x_test, y_test)
-    print(f"test accuracy {accuracy:.4f} ({time.perf_counter() - start:.1f} s on {Device.DEFAULT})")
+    say(f"test accuracy {accuracy:.4f} ({time.perf_counter() - start:.1f} s on {Device.DEFAULT})")
     if accuracy < args.min_accuracy:
         print(f"FAILED: the test accuracy {accuracy:.4f} is below --min-accuracy {args.min_accuracy}", file=sys.stderr)
         return 1

@@ -120,14 +120,18 @@ def test_doctor_failing_device_has_reason_fix_and_exit_code(broken_site):
     assert "PASS" in next(row for row in out.stdout.splitlines() if row.startswith("PYTHON"))
 
 
-def test_doctor_reports_unfinished_plugin_with_fix(fake_site):
-    # tinycore-metal still holds only its registration: doctor must FAIL it with the probe's reason and a fix
+def test_doctor_says_metal_needs_macos_and_what_to_do(fake_site):
+    # off macOS, doctor must FAIL METAL with the probe's reason and a fix
     if not _installed("tinycore-metal"):
         pytest.skip("tinycore-metal is not installed (pip install -e plugins/tinycore_metal)")
+    from tinycore_metal.plugin import probe
+
+    if probe().ok:
+        pytest.skip("this machine has an Apple GPU: METAL passes here")
     out = tinycore(fake_site, "doctor", "METAL", "--json")
     assert out.returncode == 1
     report = json.loads(out.stdout)["devices"][0]
-    assert report["status"] == "FAIL" and report["reason"] == "probe: not implemented yet"
+    assert report["status"] == "FAIL" and report["reason"] == f"probe: {probe().reason}"
     assert report["distribution"] == "tinycore-metal"
     assert "devices that work here:" in report["fix"] and "DEV=" in report["fix"]
 

@@ -215,6 +215,40 @@ def test_default_prefers_priority_and_skips_unavailable(manager, monkeypatch):
     assert manager.default_device() == "LOW:2"
 
 
+def test_a_slow_default_device_is_said_once_with_the_reason_and_fix(manager, monkeypatch):
+    monkeypatch.delenv("DEV", raising=False)
+    manager.register_plugin(FakePlugin("REF", priority=0), "REF")
+    cpu = ProbeResult(ok=False, reason="no compiler", hint="pip install llvmlite")
+    manager.register_plugin(FakePlugin("FASTCPU", priority=10, probe=cpu), "FASTCPU")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert manager.default_device() == "REF"
+    text = str(caught[0].message)
+    assert "REF, the slow reference device" in text and "FASTCPU: no compiler (fix: pip install llvmlite)" in text
+    assert "DEV=REF" in text
+
+
+def test_a_device_whose_probe_says_slow_warns_when_it_becomes_the_default(manager, monkeypatch):
+    monkeypatch.delenv("DEV", raising=False)
+    slow = ProbeResult(ok=True, slow="kernels built by gcc; fix: pip install llvmlite")
+    manager.register_plugin(FakePlugin("GCCCPU", priority=10, probe=slow), "GCCCPU")
+    with pytest.warns(RuntimeWarning, match="GCCCPU runs slower than it could here: kernels built by gcc"):
+        assert manager.default_device() == "GCCCPU"
+    monkeypatch.setenv("DEV", "GCCCPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # chosen by name: nothing to say
+        assert manager.default_device() == "GCCCPU"
+
+
+def test_a_fast_default_device_says_nothing(manager, monkeypatch):
+    monkeypatch.delenv("DEV", raising=False)
+    manager.register_plugin(FakePlugin("REF", priority=0), "REF")
+    manager.register_plugin(FakePlugin("GPU", priority=90, probe=ProbeResult(ok=False, reason="no card")), "GPU")
+    manager.register_plugin(FakePlugin("CPU", priority=10), "CPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert manager.default_device() == "CPU"
+
+
 def test_no_usable_device_lists_every_reason(manager):
     manager.register_plugin(FakePlugin("ONLY", probe=ProbeResult(ok=False, reason="broken wire")), "ONLY")
     with pytest.raises(DeviceUnavailableError) as info:

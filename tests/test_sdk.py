@@ -37,6 +37,7 @@ RENDERER_ATTRIBUTES = (
     "supported_dtypes",
     "index_bits",
     "vector_bytes",
+    "vector_registers",
     "gemm_panel_bytes",
     "row_reduce_bytes",
     "threads",

@@ -43,6 +43,9 @@ Names, by topic (classes and functions carry their own documentation):
   `DevicePluginIncompatibleError`, `DeviceUnavailableError`, `CompileError`;
 - `tinycore doctor`: `DoctorCheck`, `DoctorContext`, `add_doctor_check`, `CheckFailed`, `CheckSkipped`,
   `DOCTOR_CHECKS` (the ordered list of checks, read-only for plugins: add with `add_doctor_check`);
+- collectives across processes: `CollectiveBackend` (what the ``tinycore_collective_backend`` hook answers),
+  `CollectiveCall` (one collective in flight: its name and deadline, ``wait`` to poll against it) and
+  `DistributedError`;
 - helpers: `parse_env` (an environment value parsed like core's knobs).
 
 >>> import tinycore.sdk as sdk
@@ -76,6 +79,8 @@ if TYPE_CHECKING:
         grid_and_block,
         host_address,
     )
+    from tinycore.distributed.backend import CollectiveBackend
+    from tinycore.distributed.group import CollectiveCall, DistributedError
     from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
     from tinycore.engine.exec_item import CompiledRunner, ExecItem, Runner
     from tinycore.engine.graph import GraphRunner, GraphUpdate
@@ -175,6 +180,10 @@ _EXPORTS: dict[str, str] = {
     "CheckFailed": "tinycore.cli",
     "CheckSkipped": "tinycore.cli",
     "DOCTOR_CHECKS": "tinycore.cli",
+    # collectives across processes
+    "CollectiveBackend": "tinycore.distributed.backend",
+    "CollectiveCall": "tinycore.distributed.group",
+    "DistributedError": "tinycore.distributed.group",
     # helpers
     "parse_env": "tinycore.helpers",
 }
@@ -194,6 +203,8 @@ __all__ = [
     "CRenderError",
     "CStyleRenderer",
     "CheckSkipped",
+    "CollectiveBackend",
+    "CollectiveCall",
     "CompileError",
     "Compiled",
     "CompiledRunner",
@@ -207,6 +218,7 @@ __all__ = [
     "DevicePluginIncompatibleError",
     "DeviceRegistrar",
     "DeviceUnavailableError",
+    "DistributedError",
     "DoctorCheck",
     "DoctorContext",
     "Estimates",

@@ -14,8 +14,10 @@ depends only on what the renderer declares:
 
 1. matmul-shaped reduces get **register blocking**: the output axis that is contiguous in memory is upcast by the
    renderer's ``gemm_panel_bytes`` (else two vector registers: 16 floats with 32-byte vectors; padded to whole such
-   tiles when that adds at most an eighth, rather than a narrower tile that divides it) and the other output
-   axis by enough rows for 8-12 vector accumulators (4 x 16, 8 x 8; 5- and 6-row tiles measured 3-6x slower on AVX2),
+   tiles when that adds at most an eighth, rather than a narrower tile that divides it; a row that would take less
+   than one vector is padded to a whole overlapping one) and the other output axis by enough rows for half to three
+   quarters of the renderer's ``vector_registers`` as accumulators (`tile_rows`: 8-12 of AVX2's 16, 4 x 16 or 8 x 8
+   floats, 5- and 6-row tiles measured 3-6x slower there; 16-24 of AVX-512's 32, 8 x 32 or 16 x 16 floats),
    so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
    and step; the row axis is split across the threads, and a block of rows whose left operand fits in half an L2
    cache stays there while the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With
@@ -73,6 +75,7 @@ USE_TC = ContextVar("USE_TC", 1)  # 0: the heuristics never pick tensor cores
 
 _L2_BYTES = 512 * 1024  # a per-core L2 cache: the left operand block of a matmul uses half of it
 _MAX_TRANSPOSE_LANES = 64  # a transposed tile of a copy: 8 x 8 floats, 8 vector registers
+ROW_CHOICES = (4, 8, 16, 3, 2)  # rows of a matmul's register tile, best first (see `tile_rows`)
 _SMALL_WORK = 1 << 15  # output elements (times reduce size) below which a CPU kernel stays on one thread
 
 
@@ -202,6 +205,8 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     if jn is None and long_row and _pad_columns(k, j, widths[0]):
         jn = widths[0]  # a full-width tile over at most an eighth more columns beats a narrower exact one
     jn = jn or _divisor(size_j, widths[1:])
+    if jn is not None and jn < vw < size_j and _pad_columns(k, j, vw):
+        jn = vw  # a whole (overlapping) vector beats a partial one: 56 columns as 4 x 16 lanes, not 7 x 8 (AVX-512)
     swapped = None
     if jn is None and not long_row and _pad_columns(k, j, widths[0]):  # (a long row was tried above)
         jn = widths[0]
@@ -212,8 +217,7 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
         i, j = swapped
         jn = _divisor(_size(j), (vw,))
     vectors = max(1, -(-jn // vw)) if jn is not None else 1
-    # about 8-12 vector accumulators: enough independent FMAs to hide their latency, few enough to stay in registers
-    rows = [r for r in (4, 8, 3, 2) if 8 <= r * vectors <= 12]
+    rows = tile_rows(vectors, k.renderer.vector_registers if k.renderer is not None else 16)
     im = _divisor(_size(i), rows)
     if im is None and rows and _pad_rows(k, i, min(rows)):
         im = min(rows)
@@ -230,6 +234,18 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
     if im is None or ia is None or not _try(k, Opt(OptOps.UPCAST, ia, im)):
         im = 1
     return i, j, im, swapped is not None
+
+
+def tile_rows(vectors: int, registers: int) -> list[int]:
+    """Rows of a matmul's register tile `vectors` vector registers wide, best first: the tile holds between half and
+    three quarters of the target's `registers` as accumulators (enough independent FMAs to hide their latency, the
+    rest left for the operands so nothing spills): 8-12 of AVX2's 16, 16-24 of AVX-512's 32.
+
+    >>> tile_rows(2, 16), tile_rows(2, 32), tile_rows(1, 16)
+    ([4], [8], [8])
+    """
+    low, high = registers // 2, registers * 3 // 4
+    return [r for r in ROW_CHOICES if low <= r * vectors <= high]
 
 
 def _pad_columns(k: Kernel, j: UOp, width: int) -> bool:

@@ -39,6 +39,11 @@ class Runner:
     """
 
     kernel_count: int = 1
+    # which buffer indices a call reads and writes; None: a kernel's spec or a copy says, else every buffer (TinyJit
+    # uses them to prune, reorder and plan memory). A runner that is neither a kernel nor a copy (a collective across
+    # processes, `tinycore.distributed`) declares them so TinyJit records and replays it like a copy.
+    reads: tuple[int, ...] | None = None
+    writes: tuple[int, ...] | None = None
 
     def __init__(self, display_name: str, device: str, estimates: Estimates | None = None):
         self.display_name, self.device = display_name, device

@@ -351,6 +351,8 @@ def _writes(item: ExecItem) -> list[int]:
         return list(runner.p.outs) if runner.p.outs else [0]
     if isinstance(runner, BufferCopy):
         return [0]
+    if runner.writes is not None:
+        return list(runner.writes)
     return list(range(len(item.bufs)))
 
 
@@ -362,6 +364,8 @@ def _reads(item: ExecItem) -> list[int]:
         return list(range(1, len(item.bufs)))
     if isinstance(runner, BufferCopy):
         return [1]
+    if runner.reads is not None:
+        return list(runner.reads)
     return list(range(len(item.bufs)))
 
 

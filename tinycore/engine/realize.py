@@ -44,6 +44,7 @@ __all__ = [
     "lower_schedule",
     "lower_schedule_item",
     "run_cached_schedule",
+    "run_exec_items",
     "run_schedule",
     "runner_cache_info",
 ]
@@ -253,6 +254,20 @@ def capture_start() -> int | None:
     """The `tinycore.engine.live` number at the start of the innermost active capture (None when not capturing):
     tensors numbered below it were made outside the captured function."""
     return _capture_marks[-1] if _captures and CAPTURING else None
+
+
+def run_exec_items(items: Sequence[ExecItem], do_update_stats: bool = True) -> None:
+    """Run `items` in order as `run_schedule` runs the items it lowers: inside `capture_exec_items` each is handed
+    to the capture's callback first (and not run with ``run=False``). For runners made outside the scheduler (the
+    collectives of `tinycore.distributed`), so TinyJit records them between the kernels around them and replays them.
+    """
+    capture = _captures[-1] if _captures and CAPTURING else None
+    for ei in items:
+        if capture is not None:
+            capture[0](ei)
+            if not capture[1]:
+                continue
+        ei.run(do_update_stats=do_update_stats)
 
 
 def run_schedule(

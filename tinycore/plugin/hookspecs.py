@@ -34,7 +34,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What a cheap probe found: ``ok`` with the number of devices, or why not and one concrete fix.
+    """What a cheap probe found: ``ok`` with the number of devices, or why not (`reason`) and one concrete fix
+    (`hint`). `slow`: for a device that works but runs far below its speed here, why and the fix (e.g. a CPU device
+    left with a C compiler that does not vectorize); core says it once when such a device becomes the default.
 
     >>> ProbeResult(ok=False, reason="no NVIDIA driver", hint="install the NVIDIA driver").ok
     False
@@ -44,6 +46,7 @@ class ProbeResult:
     reason: str = ""
     hint: str = ""
     device_count: int = 1
+    slow: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,16 @@ class DeviceHookSpecs:
         """Extra ``tinycore doctor`` checks (`tinycore.cli.DoctorCheck`; typed Any here because the CLI imports this
         module), run on every device after core's own; a check that does
         not apply to a device raises ``CheckSkipped``. Collected from every plugin once per doctor run."""
+
+    @hookspec(firstresult=True)
+    def tinycore_collective_backend(self, device: str, group: Any) -> Any | None:
+        """A collective backend for tensors on ``device`` (``"CUDA:1"``) in process group ``group``, or None to let
+        core move them through host memory with MPI (`tinycore.distributed.MPIBackend`, the fallback of every
+        device). The answer is a `tinycore.distributed.CollectiveBackend` (typed Any here: that module imports mpi4py
+        lazily and this one must stay light); vendor libraries (NCCL) are imported here, on first use, never at
+        registration. Called on the plugin owning the device's family, once per device and group, on the first
+        collective; ``TINYCORE_DIST_BACKEND=mpi`` skips it. ``group`` gives ``rank``, ``world_size``, ``local_rank``
+        and ``broadcast_bytes(data, root)`` (to share a communicator id, as NCCL needs)."""
 
     @hookspec
     def tinycore_report_info(self, name: str) -> dict[str, str] | None:

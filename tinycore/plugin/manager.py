@@ -1141,8 +1141,9 @@ class PluginManager:
                         RuntimeWarning,
                         stacklevel=3,
                     )
+                self._warn_if_slow_default(name, probe, skipped)
                 return name
-            skipped.append(f"{name}: {probe.reason}")
+            skipped.append(f"{name}: {probe.reason}" + (f" (fix: {probe.hint})" if probe.hint else ""))
         reasons = "; ".join(skipped) or "no device plugin is registered"
         raise DeviceUnavailableError(
             f"no usable device ({reasons})",
@@ -1150,6 +1151,25 @@ class PluginManager:
             state="unavailable",
             fix="run `tinycore doctor` to see why each device fails, then install or fix a device plugin",
         )
+
+    def _warn_if_slow_default(self, name: str, probe: ProbeResult, skipped: list[str]) -> None:
+        """Say (once per process: the default is resolved once) why the default device is a slow one: the
+        reference device (priority 0) because every faster device was skipped, or a device whose probe reports
+        `ProbeResult.slow`. Never when ``DEV`` chose it."""
+        entry = self._devices.get(name)
+        if entry is not None and entry.priority <= 0 and skipped:
+            warnings.warn(
+                f"tinycore: the default device is {name}, the slow reference device, because no faster device works "
+                f"here: {'; '.join(skipped)}. Fix one of those, or set DEV={name} to choose it and silence this.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        elif probe.slow:
+            warnings.warn(
+                f"tinycore: the default device {name} runs slower than it could here: {probe.slow}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
 
 def _reinstall_fix(rec: PluginRecord) -> str:

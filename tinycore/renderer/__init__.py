@@ -181,6 +181,8 @@ class Renderer:
       value range fits (cheaper on GPUs), 64 always in int64 (64-bit CPUs, where a 32-bit index must be widened
       again for every address and the compiler spends time proving that it can be);
     - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
+      `vector_registers`: how many such registers the target has (16 with AVX2, 32 with AVX-512): the heuristics
+      size a matmul's register tile of accumulators from it;
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
       this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously;
     - `row_reduce_bytes`: when > 0 (CPU-style renderers, where one thread runs a whole row), a reduce over the last
@@ -219,6 +221,7 @@ class Renderer:
     supported_dtypes: frozenset[DType] = frozenset(ALL_SCALARS)
     index_bits: int = 32
     vector_bytes: int = 32
+    vector_registers: int = 16
     gemm_panel_bytes: int = 0
     row_reduce_bytes: int = 0
     threads: int | None = None

@@ -1,5 +1,6 @@
-"""The in-process LLVM compiler of the ``llvm`` backend: finding libLLVM, compiling IR, errors, batching, cache key,
-and the device's backend selection. Hand-written IR here, so these tests don't depend on the IR renderer."""
+"""The in-process LLVM compiler of the ``llvm`` backend: finding LLVM, compiling IR, errors, batching, cache key,
+and the device's backend selection. Hand-written IR here, so these tests don't depend on the IR renderer. The tests
+taking the `compiler` fixture run once on llvmlite's LLVM and once on the system's libLLVM, each where present."""
 
 from __future__ import annotations
 
@@ -10,14 +11,26 @@ import sys
 
 import pytest
 from tinycore_clang import libllvm
-from tinycore_clang.libllvm import KERNEL_PIPELINE, PassOptions, find_library, library_version
+from tinycore_clang.libllvm import (
+    KERNEL_PIPELINE,
+    LibraryChoice,
+    PassOptions,
+    find_library,
+    find_system_library,
+    library_version,
+)
 from tinycore_clang.llvm_compiler import LLVM_MARKER, LLVMCompiler, options_from_env
+from tinycore_clang.llvmlite_toolchain import LlvmliteToolchain
 from tinycore_clang.runtime import is_object_file
 from tinycore_clang.toolchain import find_linker
 
 from tinycore.errors import CompileError, DeviceUnavailableError
 
-NO_LLVM = "no libLLVM (>= 14) shared library on this machine (apt-get install clang)"
+NO_LLVM = "neither llvmlite nor a libLLVM (>= 14) shared library on this machine (pip install llvmlite)"
+LLVMS = {
+    "llvmlite": (lambda: find_library({})),  # {}: no TINYCORE_LLVM_LIB, so llvmlite's LLVM when installed
+    "system": find_system_library,
+}
 NO_LINKER = "no linker (ld) on PATH (apt-get install binutils)"
 
 ADD_ONE = """{marker}{name}
@@ -40,21 +53,22 @@ exit:
 """
 
 
-def add_one_ir(name: str = "add_one", addend: str = "1.0") -> str:
+def add_one_ir(name: str = "add_one", addend: str = "1.0", library: LibraryChoice | None = None) -> str:
     """A kernel ``out[i] = inp[i] + addend`` for ``i < n`` (n >= 1) in LLVM IR, with the pointer types the
-    installed LLVM wants."""
-    typed = libllvm.uses_typed_pointers(find_library().version)
+    LLVM of `library` (default: the one the backend picks) wants."""
+    typed = libllvm.uses_typed_pointers((library or find_library()).version)
     return ADD_ONE.format(marker=LLVM_MARKER, name=name, addend=addend, fp="float*" if typed else "ptr")
 
 
-@pytest.fixture(scope="module")
-def compiler() -> LLVMCompiler:
-    """An LLVM compiler on this machine's libLLVM (skips when there is none)."""
-    if not find_library().ok:
-        pytest.skip(NO_LLVM)
+@pytest.fixture(scope="module", params=sorted(LLVMS))
+def compiler(request: pytest.FixtureRequest) -> LLVMCompiler:
+    """An LLVM compiler on llvmlite's LLVM, then on the system's libLLVM (each skipped when absent)."""
+    library = LLVMS[request.param]()
+    if not library.ok or (request.param == "llvmlite") != (library.source == libllvm.LLVMLITE):
+        pytest.skip(f"no {request.param} LLVM here: {library.reason or library.path}")
     if find_linker() is None:
         pytest.skip(NO_LINKER)
-    return LLVMCompiler(jobs=2)
+    return LLVMCompiler(library=library, jobs=2)
 
 
 def run_add(lib: bytes, name: str, values: list[float]) -> list[float]:
@@ -101,41 +115,46 @@ def test_options_from_env() -> None:
 def test_llvm_options_are_one_set_per_process(compiler: LLVMCompiler) -> None:
     """LLVM keeps its command-line options per process: a toolchain refuses malformed ones, and a second set after
     the first compile (its own instance here, so the shared one's state is untouched)."""
-    own = libllvm.LLVMToolchain(compiler.library)
+    library = compiler.library
+    own = LlvmliteToolchain() if library.source == libllvm.LLVMLITE else libllvm.LLVMToolchain(library)
+    ir = add_one_ir(library=compiler.library)
     with pytest.raises(libllvm.LLVMError, match="'-name'"):
-        own.compile_object(add_one_ir(), PassOptions(codegen_args=("disable-lsr",)))
-    assert own.compile_object(add_one_ir(), PassOptions(codegen_args=()))[:4] == b"\x7fELF"
+        own.compile_object(ir, PassOptions(codegen_args=("disable-lsr",)))
+    assert own.compile_object(ir, PassOptions(codegen_args=()))[:4] == b"\x7fELF"
     with pytest.raises(libllvm.LLVMError, match="per process"):
-        own.compile_object(add_one_ir(), PassOptions(codegen_args=("-disable-lsr",)))
+        own.compile_object(ir, PassOptions(codegen_args=("-disable-lsr",)))
 
 
 def test_llvm_options_reach_llvm(compiler: LLVMCompiler) -> None:
-    """``CLANG_LLVM_ARGS`` is given to LLVM: ``-time-passes`` makes it print its pass timing report."""
+    """``CLANG_LLVM_ARGS`` is given to LLVM: ``-print-after-all`` makes it print the IR after each pass."""
     code = (
         "from tinycore_clang.llvm_compiler import LLVMCompiler\n"
-        f"LLVMCompiler(in_process=True).compile({add_one_ir('timed')!r})\n"
+        f"LLVMCompiler(in_process=True).compile({add_one_ir('printed', library=compiler.library)!r})\n"
     )
-    env = {**os.environ, "CLANG_LLVM_ARGS": "-time-passes", "CACHELEVEL": "0"}
+    env = {**os.environ, "CLANG_LLVM_ARGS": "-print-after-all", "CACHELEVEL": "0"}
+    if compiler.library.source != libllvm.LLVMLITE:
+        env[libllvm.LIBRARY_ENV] = compiler.library.path or ""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert "Pass execution timing report" in out.stderr
+    assert "IR Dump After" in out.stderr and "@printed" in out.stderr
 
 
 def test_opaque_pointers_are_refused_where_they_would_crash(compiler: LLVMCompiler) -> None:
     if not libllvm.uses_typed_pointers(compiler.library.version):
-        pytest.skip(f"LLVM {compiler.library.version} handles opaque pointers (the crash is LLVM 14's)")
+        version = compiler.library.version or compiler.library.source
+        pytest.skip(f"LLVM {version} handles opaque pointers (the crash is LLVM 14's)")
     with pytest.raises(CompileError, match="typed pointers"):
-        compiler.compile(add_one_ir("opaque").replace("float*", "ptr"))
+        compiler.compile(add_one_ir("opaque", library=compiler.library).replace("float*", "ptr"))
 
 
 def test_compiles_and_runs(compiler: LLVMCompiler) -> None:
-    lib = compiler.compile(add_one_ir())
+    lib = compiler.compile(add_one_ir(library=compiler.library))
     assert lib[:4] == b"\x7fELF"
     assert run_add(lib, "add_one", [1.0, 2.5, -3.0]) == [2.0, 3.5, -2.0]
 
 
 def test_invalid_ir_names_the_kernel_and_the_line(compiler: LLVMCompiler) -> None:
-    bad = add_one_ir("broken").replace("fadd float %value", "fadd float %nothing")
+    bad = add_one_ir("broken", library=compiler.library).replace("fadd float %value", "fadd float %nothing")
     with pytest.raises(CompileError) as info:
         compiler.compile(bad)
     text = str(info.value)
@@ -167,7 +186,8 @@ def test_compile_many_links_distinct_names_together() -> None:
 def test_compile_many_in_process_gives_one_object_per_source(compiler: LLVMCompiler) -> None:
     if not compiler.in_process:
         pytest.skip("objects load in-process only on x86-64 Linux")
-    srcs = [add_one_ir("k_a", "1.0"), add_one_ir("k_b", "2.0"), add_one_ir("k_a", "3.0")]
+    cases = (("k_a", "1.0"), ("k_b", "2.0"), ("k_a", "3.0"))
+    srcs = [add_one_ir(name, addend, compiler.library) for name, addend in cases]
     libs = compiler.compile_many(srcs)
     assert len(libs) == 3 and all(is_object_file(lib) for lib in libs)
     assert [run_add(lib, name, [1.0]) for lib, name in zip(libs, ("k_a", "k_b", "k_a"))] == [[2.0], [3.0], [4.0]]
@@ -179,8 +199,8 @@ def test_cache_key_pins_library_cpu_and_options(compiler: LLVMCompiler) -> None:
     chain = compiler.toolchain
     assert chain.cpu in parts and chain.features in parts and any(KERNEL_PIPELINE in part for part in parts)
     for changed in (PassOptions(codegen_level=3), PassOptions(loop_unrolling=True), PassOptions("default<O2>")):
-        assert LLVMCompiler(options=changed).cache_key("x") != compiler.cache_key("x")
-    other_output = LLVMCompiler(in_process=not compiler.in_process, linker="ld")
+        assert LLVMCompiler(compiler.library, options=changed).cache_key("x") != compiler.cache_key("x")
+    other_output = LLVMCompiler(compiler.library, in_process=not compiler.in_process, linker="ld")
     assert other_output.cache_key("x") != compiler.cache_key("x")  # object files and shared objects never mix
 
 
@@ -200,12 +220,17 @@ def test_target_facts_come_from_disk_in_a_new_process(compiler: LLVMCompiler) ->
     code = (
         "from tinycore_clang.llvm_compiler import LLVMCompiler\n"
         "from tinycore_clang.libllvm import LLVMToolchain\n"
+        "from tinycore_clang.llvmlite_toolchain import LlvmliteToolchain\n"
         "LLVMCompiler().cache_key_parts()\n"
-        "print(len(LLVMToolchain._instances))\n"
+        "import sys\n"
+        "print(len(LLVMToolchain._instances), LlvmliteToolchain._instance, 'llvmlite.binding' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    env = dict(os.environ)
+    if compiler.library.source != libllvm.LLVMLITE:
+        env[libllvm.LIBRARY_ENV] = compiler.library.path or ""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0"  # the library was never loaded
+    assert out.stdout.strip() == "0 None False"  # no LLVM was loaded
 
 
 def test_device_rejects_an_unknown_backend() -> None:
@@ -244,7 +269,7 @@ def test_auto_backend_is_llvm_exactly_where_libllvm_is(monkeypatch: pytest.Monke
     if find_library().ok:
         assert backend_from_env() == "llvm" and backend_from_env({"CLANG_BACKEND": "auto"}) == "llvm"
         assert ClangDevice("CLANG").backend == "llvm"
-        assert tinycore_report_info("CLANG")["backend"].startswith("llvm (auto: libLLVM found")
+        assert tinycore_report_info("CLANG")["backend"].startswith("llvm (auto: LLVM found")
     monkeypatch.setenv(libllvm.LIBRARY_ENV, str(tmp_path / "libLLVM-99.so"))  # no usable libLLVM
     assert backend_from_env() == "c"
     assert ClangDevice("CLANG").backend == "c"

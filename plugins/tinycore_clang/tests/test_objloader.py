@@ -1,5 +1,6 @@
 """The in-process object loader (`tinycore_clang.objloader`): each relocation kind LLVM emits, sections of every
-kind, calls into the process, and errors. Objects come from hand-written LLVM IR compiled by the system libLLVM."""
+kind, calls into the process, and errors. Objects come from hand-written LLVM IR compiled by the LLVM the backend
+picks."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import math
 
 import pytest
 from tinycore_clang import libllvm
-from tinycore_clang.libllvm import LLVMToolchain, PassOptions, find_library
+from tinycore_clang.libllvm import PassOptions, find_library
+from tinycore_clang.llvm_compiler import open_toolchain
 from tinycore_clang.objloader import ObjectLoadError, can_load_objects, load_object
 from tinycore_clang.runtime import is_object_file, load_kernels
 
 pytestmark = [
     pytest.mark.skipif(not can_load_objects(), reason="the object loader handles x86-64 Linux only"),
-    pytest.mark.skipif(not find_library().ok, reason="no libLLVM (>= 14) shared library here (apt-get install clang)"),
+    pytest.mark.skipif(not find_library().ok, reason="neither llvmlite nor a libLLVM (>= 14) (pip install llvmlite)"),
 ]
 
 # {p}: the pointer type of the installed LLVM (typed `float*` / `i8*` on 14, opaque `ptr` on 15+)
@@ -81,7 +83,7 @@ def module_ir() -> str:
 @pytest.fixture(scope="module")
 def loaded():
     """The test module compiled to an object file (position-independent, as the llvm backend builds) and loaded."""
-    obj = LLVMToolchain.shared(find_library()).compile_object(module_ir(), PassOptions(), "objloader_test")
+    obj = open_toolchain().compile_object(module_ir(), PassOptions(), "objloader_test")
     assert is_object_file(obj)
     return load_object(obj)
 
@@ -140,7 +142,7 @@ def test_code_is_not_writable(loaded) -> None:
 
 
 def test_same_bytes_load_once() -> None:
-    obj = LLVMToolchain.shared(find_library()).compile_object(module_ir(), PassOptions(), "objloader_test")
+    obj = open_toolchain().compile_object(module_ir(), PassOptions(), "objloader_test")
     assert load_kernels(obj) is load_kernels(bytes(obj))
 
 
@@ -152,6 +154,6 @@ def test_errors_name_the_problem() -> None:
             load_object(exe.read(1 << 16))
     missing = "declare float @tinycore_no_such_function(float)\ndefine float @call_missing(float %x) {\n"
     missing += "  %y = call float @tinycore_no_such_function(float %x)\n  ret float %y\n}\n"
-    obj = LLVMToolchain.shared(find_library()).compile_object(missing, PassOptions(), "missing")
+    obj = open_toolchain().compile_object(missing, PassOptions(), "missing")
     with pytest.raises(ObjectLoadError, match="tinycore_no_such_function"):
         load_object(obj)

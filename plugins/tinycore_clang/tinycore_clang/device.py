@@ -2,17 +2,18 @@
 
 Two backends, picked by ``CLANG_BACKEND`` (`BACKEND_ENV`) when the device is opened (`backend_from_env`):
 
-- ``llvm`` (the default where the system has ``libLLVM`` >= 14, which clang installs): kernels rendered to LLVM IR
-  (`tinycore_clang.llvm_renderer.LLVMRenderer`) and compiled in-process by that library
-  (`tinycore_clang.llvm_compiler.LLVMCompiler`): no compiler process per kernel, so a new kernel is ready in
-  milliseconds. On x86-64 Linux the object files load in-process too; elsewhere it needs a linker (``ld``).
-- ``c`` (the default without libLLVM, e.g. a machine with only gcc): kernels rendered to C
-  (`tinycore_clang.renderer.ClangRenderer`) and compiled by the system C compiler in a subprocess
-  (`tinycore_clang.compiler.ClangCompiler`). Needed for ``CUSTOM`` kernels written in C.
+- ``llvm`` (the default: LLVM comes with the ``llvmlite`` wheel, a dependency of this plugin, or from a system
+  ``libLLVM`` >= 14): kernels rendered to LLVM IR (`tinycore_clang.llvm_renderer.LLVMRenderer`) and compiled
+  in-process (`tinycore_clang.llvm_compiler.LLVMCompiler`): no compiler process per kernel, so a new kernel is ready
+  in milliseconds. On x86-64 Linux the object files load in-process too; elsewhere it needs a linker (``ld``).
+- ``c`` (the default only where no LLVM is found): kernels rendered to C (`tinycore_clang.renderer.ClangRenderer`)
+  and compiled by the system C compiler in a subprocess (`tinycore_clang.compiler.ClangCompiler`). Needed for
+  ``CUSTOM`` kernels written in C. gcc does not vectorize these kernels: the probe says so (`ProbeResult.slow`) and
+  core warns when such a device becomes the default.
 
-``CLANG_BACKEND=auto`` (or unset) makes that choice; ``c`` or ``llvm`` forces one (``llvm`` without libLLVM is an
+``CLANG_BACKEND=auto`` (or unset) makes that choice; ``c`` or ``llvm`` forces one (``llvm`` without LLVM is an
 error naming the fix, never a silent switch). ``tinycore plugins -v`` and ``tinycore doctor CLANG`` say which
-backend is in use and why.
+backend and which LLVM are in use and why.
 
 Both produce the same kernel ABI, so the allocator, programs, thread pool and graph runner are shared. The thread
 pool library (compiled once per machine and cached) is always built by the C compiler: `host_compiler`.
@@ -44,8 +45,8 @@ AUTO = "auto"
 
 
 def llvm_available() -> str | None:
-    """None when the llvm backend can run here (libLLVM >= 14, and a linker unless objects load in-process), else
-    why not. Looks at files only; loads nothing."""
+    """None when the llvm backend can run here (llvmlite or a libLLVM >= 14, and a linker unless objects load
+    in-process), else why not. Looks at files only; loads nothing."""
     from tinycore_clang.libllvm import find_library
     from tinycore_clang.objloader import can_load_objects
 

@@ -58,7 +58,8 @@ def smoke_test(ctx: Any) -> str:
         raise CheckFailed(
             f"the kernel compiler failed on a tiny kernel: {str(error).splitlines()[0]}",
             "check that the compiler works (`$CC --version`), or pick another one with CC=gcc / CC=clang "
-            "(with CLANG_BACKEND=llvm: TINYCORE_LLVM_LIB=/path/to/libLLVM-N.so, or CLANG_BACKEND=c)",
+            "(with the llvm backend: pip install -U llvmlite, TINYCORE_LLVM_LIB=/path/to/libLLVM-N.so, "
+            "or CLANG_BACKEND=c)",
         ) from error
     out, inp = alloc.alloc(4 * n), alloc.alloc(4 * n)
     out_i = alloc.alloc(4 * chunks * chunk)
@@ -78,7 +79,7 @@ def smoke_test(ctx: Any) -> str:
         for buf, size in ((out, 4 * n), (inp, 4 * n), (out_i, 4 * chunks * chunk)):
             alloc.free(buf, size)
     if getattr(device, "backend", "c") == "llvm":
-        name = f"llvm backend, {compiler.library.path}"
+        name = f"llvm backend, LLVM from {compiler.library.source} ({compiler.library.path})"
         note = ""
     else:
         name = compiler.cc.rsplit("/", 1)[-1]
@@ -88,4 +89,6 @@ def smoke_test(ctx: Any) -> str:
 
 
 # gcc does not vectorize the per-lane vector code the renderer emits (measured: matmul 512 at 6 vs 135 GFLOPS)
-SLOW_COMPILER_NOTE = "note: kernels built by this compiler run much slower than clang's (apt-get install clang)"
+SLOW_COMPILER_NOTE = (
+    "note: kernels built by this compiler run much slower than LLVM's (pip install llvmlite, then CLANG_BACKEND=auto)"
+)

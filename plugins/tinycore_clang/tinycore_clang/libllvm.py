@@ -1,12 +1,17 @@
-"""The LLVM C API through ctypes: find the system's ``libLLVM`` and turn LLVM IR text into an object file in-process.
+"""In-process LLVM for the CLANG device's ``llvm`` backend: which LLVM to use (`find_library`), and the system
+``libLLVM``'s C API through ctypes (`LLVMToolchain`), turning LLVM IR text into an object file in-process.
 
-This is what makes the ``llvm`` backend of the CLANG device fast to compile: no compiler process is started per
-kernel (clang's start alone costs ~40 ms, because it loads and initializes ~100 MB of LLVM), the library is loaded
-once per process (~30 ms) and each kernel then costs only LLVM's own optimization and code generation.
+This is what makes the ``llvm`` backend fast to compile: no compiler process is started per kernel (clang's start
+alone costs ~40 ms, because it loads and initializes ~100 MB of LLVM), the library is loaded once per process and each
+kernel then costs only LLVM's own optimization and code generation.
 
-Finding the library (`find_library`, cheap: no loading): ``TINYCORE_LLVM_LIB`` (a path) when set, else the
-``libLLVM`` next to the ``clang`` on ``PATH`` (``/usr/lib/llvm-N/lib``), else the newest ``libLLVM-N.so`` in the usual
-system folders. LLVM 14 or newer is needed.
+Which LLVM (`find_library`, cheap: no loading): ``TINYCORE_LLVM_LIB`` (a path to a system ``libLLVM``) when set, else
+the LLVM bundled in the ``llvmlite`` wheel (a dependency of tinycore-clang: the same LLVM on every machine, driven by
+`tinycore_clang.llvmlite_toolchain`), else the ``libLLVM`` next to the ``clang`` on ``PATH``
+(``/usr/lib/llvm-N/lib``), else the newest ``libLLVM-N.so`` in the usual system folders. LLVM 14 or newer is needed.
+A system library takes any pass pipeline text (`PassOptions.pipeline`) and compiles from several threads at once;
+llvmlite offers LLVM's standard pipelines only and one compile at a time (`bench/bench_llvm_pipeline.py` measures
+what each costs).
 
 Pointer types: LLVM 15 and newer use opaque pointers (``ptr``; 17+ accept nothing else), LLVM 14 typed pointers
 (``float*``). LLVM 14 can parse opaque pointers behind an option, but its optimizer crashes the process on them, so
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 import os
 import platform
 import re
@@ -32,9 +38,10 @@ from typing import Any
 
 MIN_VERSION = 14
 LIBRARY_ENV = "TINYCORE_LLVM_LIB"
+LLVMLITE = "llvmlite"  # the `LibraryChoice.source` of the LLVM bundled with llvmlite
 INSTALL_HINT = (
-    "install LLVM's shared library (apt-get install clang brings libLLVM; or apt-get install libllvm14), "
-    f"set {LIBRARY_ENV}=/path/to/libLLVM-N.so, or use the C backend (CLANG_BACKEND=c)"
+    "pip install llvmlite (its wheels bundle LLVM; tinycore-clang depends on it), or install LLVM's shared library "
+    f"(apt-get install libllvm19) and set {LIBRARY_ENV}=/path/to/libLLVM-N.so, or use the C backend (CLANG_BACKEND=c)"
 )
 _SEARCH_GLOBS = (
     "/usr/lib/llvm-*/lib/libLLVM*.so*",
@@ -57,8 +64,9 @@ class LLVMError(RuntimeError):
 
 @dataclass(frozen=True)
 class LibraryChoice:
-    """Which ``libLLVM`` the backend would load: `path` (None when none was found; `reason` says why), its major
-    `version` (0 when unknown) and where the choice came from (``TINYCORE_LLVM_LIB``, ``clang``, ``search``)."""
+    """Which LLVM the backend would load: `path` (None when none was found; `reason` says why), its major
+    `version` (0 when unknown before loading: always for llvmlite) and where the choice came from
+    (``TINYCORE_LLVM_LIB``, ``llvmlite``, ``clang``, ``search``)."""
 
     path: str | None
     version: int
@@ -85,7 +93,7 @@ def library_version(path: str) -> int:
 
 
 def find_library(env: dict[str, str] | None = None) -> LibraryChoice:
-    """The ``libLLVM`` to load (see the module docstring); looks at files only, loads nothing.
+    """The LLVM to compile with (see the module docstring); looks at files only, loads nothing.
 
     >>> find_library({"TINYCORE_LLVM_LIB": "/surely/not/libLLVM-15.so"}).reason
     'TINYCORE_LLVM_LIB=/surely/not/libLLVM-15.so is not a file'
@@ -96,6 +104,15 @@ def find_library(env: dict[str, str] | None = None) -> LibraryChoice:
         if not os.path.isfile(requested):
             return LibraryChoice(None, 0, LIBRARY_ENV, f"{LIBRARY_ENV}={requested} is not a file")
         return LibraryChoice(os.path.abspath(requested), library_version(requested), LIBRARY_ENV)
+    bundled = llvmlite_library()
+    if bundled is not None:
+        return LibraryChoice(bundled, 0, LLVMLITE)
+    return find_system_library(environ)
+
+
+def find_system_library(env: dict[str, str] | None = None) -> LibraryChoice:
+    """The system's ``libLLVM``: the one next to the ``clang`` on ``PATH``, else the newest in the usual folders."""
+    environ = os.environ if env is None else env
     clang = shutil.which("clang", path=environ.get("PATH", os.defpath))
     if clang is not None:  # /usr/lib/llvm-N/bin/clang -> /usr/lib/llvm-N/lib/libLLVM*.so*
         lib_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(clang))), "lib")
@@ -105,7 +122,23 @@ def find_library(env: dict[str, str] | None = None) -> LibraryChoice:
     found = _newest([path for pattern in _SEARCH_GLOBS for path in glob.glob(pattern)])
     if found is not None:
         return LibraryChoice(found, library_version(found), "search")
-    return LibraryChoice(None, 0, "search", f"no libLLVM (>= {MIN_VERSION}) shared library found")
+    return LibraryChoice(
+        None, 0, "search", f"neither llvmlite nor a libLLVM (>= {MIN_VERSION}) shared library was found"
+    )
+
+
+def llvmlite_library() -> str | None:
+    """The path of the LLVM library bundled in the ``llvmlite`` wheel (``libllvmlite.so``), found without importing
+    llvmlite (that costs ~60 ms); None when llvmlite is not installed."""
+    spec = importlib.util.find_spec("llvmlite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    binding = os.path.join(list(spec.submodule_search_locations)[0], "binding")
+    for name in ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll"):
+        path = os.path.join(binding, name)
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def _newest(paths: list[str]) -> str | None:
@@ -241,6 +274,32 @@ class PassOptions:
     loop_interleaving: bool = True
 
 
+class CommandLine:
+    """LLVM's command-line options (``-name`` or ``-name=value`` words), which LLVM keeps per process: the first
+    compile hands them to `apply`, every later one must ask for the same (else `LLVMError`)."""
+
+    def __init__(self, apply: Callable[[tuple[str, ...]], None]):
+        self._apply = apply
+        self._args: tuple[str, ...] | None = None
+        self._lock = threading.Lock()
+
+    def set(self, args: tuple[str, ...]) -> None:
+        """Apply `args` on the first call; check later calls ask for the same."""
+        with self._lock:
+            if self._args is None:
+                bad = [arg for arg in args if not arg.startswith("-") or any(c.isspace() for c in arg)]
+                if bad:
+                    raise LLVMError(f"LLVM options {bad}: each must be one '-name' or '-name=value' word")
+                if args:
+                    self._apply(args)
+                self._args = args
+            elif self._args != args:
+                raise LLVMError(
+                    f"LLVM options {list(args)}: this process already compiled with {list(self._args)} and LLVM "
+                    "keeps them per process (use one set of codegen_args per process)"
+                )
+
+
 class LLVMToolchain:
     """Compiles LLVM IR text to an object file for this machine, in-process (see the module docstring).
 
@@ -277,8 +336,7 @@ class LLVMToolchain:
             raise LLVMError(f"no LLVM target for {self.triple.decode()}: {self._llvm.message(error.value)}")
         self._target = target_ref.value
         self._local = threading.local()
-        self._args: tuple[str, ...] | None = None  # LLVM's command-line options, set by the first compile
-        self._args_lock = threading.Lock()
+        self.command_line = CommandLine(self._parse_command_line)
 
     @classmethod
     def shared(cls, choice: LibraryChoice | None = None) -> LLVMToolchain:
@@ -327,7 +385,7 @@ class LLVMToolchain:
                     f"LLVM {self.version} needs typed pointers (float*), not ptr: its optimizer crashes on "
                     "opaque-pointer IR (render with typed pointers when libllvm.uses_typed_pointers(version))"
                 )
-        self._set_command_line(options.codegen_args)
+        self.command_line.set(options.codegen_args)
         context, machine = self._thread_state(options.codegen_level)
         data = ir.encode()
         buffer = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len(data), name.encode())
@@ -351,23 +409,10 @@ class LLVMToolchain:
         finally:
             lib.LLVMDisposeModule(module)
 
-    def _set_command_line(self, args: tuple[str, ...]) -> None:
-        """Give LLVM its command-line options `args` on the first compile; later compiles must ask for the same."""
-        with self._args_lock:
-            if self._args is None:
-                bad = [arg for arg in args if not arg.startswith("-") or any(c.isspace() for c in arg)]
-                if bad:
-                    raise LLVMError(f"LLVM options {bad}: each must be one '-name' or '-name=value' word")
-                if args:
-                    words = [b"tinycore", *(arg.encode() for arg in args)]
-                    argv = (ctypes.c_char_p * len(words))(*words)
-                    self._llvm.lib.LLVMParseCommandLineOptions(len(words), argv, None)
-                self._args = args
-            elif self._args != args:
-                raise LLVMError(
-                    f"LLVM options {list(args)}: this process already compiled with {list(self._args)} and LLVM "
-                    "keeps them per process (use one set of codegen_args per process)"
-                )
+    def _parse_command_line(self, args: tuple[str, ...]) -> None:
+        words = [b"tinycore", *(arg.encode() for arg in args)]
+        argv = (ctypes.c_char_p * len(words))(*words)
+        self._llvm.lib.LLVMParseCommandLineOptions(len(words), argv, None)
 
     def _optimize(self, module: int, machine: int, options: PassOptions) -> None:
         lib = self._llvm.lib

@@ -1,8 +1,9 @@
-"""`LLVMCompiler`: LLVM IR text to loadable machine code, compiled in-process by the system's libLLVM (the ``llvm``
-backend).
+"""`LLVMCompiler`: LLVM IR text to loadable machine code, compiled in-process (the ``llvm`` backend) by the LLVM
+bundled in llvmlite or a system libLLVM (`tinycore_clang.libllvm.find_library` picks).
 
 The kernel's IR (from `tinycore_clang.llvm_renderer.LLVMRenderer`) is parsed, optimized and compiled to an object
-file inside this process (`tinycore_clang.libllvm.LLVMToolchain`). On x86-64 Linux that object file is the compiled
+file inside this process (`tinycore_clang.llvmlite_toolchain.LlvmliteToolchain` or
+`tinycore_clang.libllvm.LLVMToolchain`). On x86-64 Linux that object file is the compiled
 kernel: `tinycore_clang.runtime.load_kernels` relocates it into memory itself (`tinycore_clang.objloader`), so no
 other program runs. Elsewhere (or with ``in_process=False``) the objects are linked into a shared object by the
 system linker (``ld -shared``: a few milliseconds per run) and ``dlopen``ed like the C backend's. Nothing else
@@ -10,15 +11,17 @@ changes between the two backends: same kernel ABI, same thread pool, same graph 
 
 Options (environment, read when the compiler is made):
 
-- ``CLANG_LLVM_PIPELINE``: the new-pass-manager pipeline (default `tinycore_clang.libllvm.KERNEL_PIPELINE`: the
-  function passes tinycore's kernels need; ``default<O2>`` is what ``clang -O2`` runs);
+- ``CLANG_LLVM_PIPELINE``: the optimizer pipeline (default `tinycore_clang.libllvm.KERNEL_PIPELINE`: the
+  function passes tinycore's kernels need; ``default<O2>`` is what ``clang -O2`` runs); any new-pass-manager
+  pipeline text with a system libLLVM, one of `tinycore_clang.llvmlite_toolchain.PIPELINES` with llvmlite;
 - ``CLANG_LLVM_CODEGEN``: the code generator's optimization level 0-3 (default 2);
 - ``CLANG_LLVM_UNROLL=1``: let LLVM unroll loops again (off by default, see `tinycore_clang.libllvm.PassOptions`);
 - ``CLANG_LLVM_ARGS``: LLVM command-line options, space-separated (default `tinycore_clang.libllvm.CODEGEN_ARGS`;
   ``CLANG_LLVM_ARGS=none`` sets none). LLVM keeps them per process: set them before the first compile.
 
 The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``). The cache key
-holds the library's path and version, that CPU name and feature list, and the options. Those target facts are kept in
+holds the library's path, version and file stamp (size and time: a new llvmlite wheel is a new compiler), that CPU
+name and feature list, and the options. Those target facts are kept in
 the disk cache (keyed by the library file's stamp and `tinycore_clang.toolchain.machine_identity`), so a process whose
 kernels are all cached never loads libLLVM.
 
@@ -43,7 +46,16 @@ from concurrent.futures import ThreadPoolExecutor
 from tinycore.sdk import CompileError, Compiler
 from tinycore_clang import toolchain
 from tinycore_clang.compiler import cached_facts, disassemble_library, scratch_path
-from tinycore_clang.libllvm import INSTALL_HINT, LibraryChoice, LLVMError, LLVMToolchain, PassOptions, find_library
+from tinycore_clang.libllvm import (
+    INSTALL_HINT,
+    LLVMLITE,
+    LibraryChoice,
+    LLVMError,
+    LLVMToolchain,
+    PassOptions,
+    find_library,
+)
+from tinycore_clang.llvmlite_toolchain import LlvmliteToolchain
 from tinycore_clang.objloader import can_load_objects
 from tinycore_clang.toolchain import LINKER_HINT, find_linker
 
@@ -88,6 +100,15 @@ def _format_error(message: str, src: str) -> str:
     return text + ("\nsource:\n" + "\n".join(excerpt) if excerpt else "")
 
 
+def open_toolchain(choice: LibraryChoice | None = None) -> LLVMToolchain | LlvmliteToolchain:
+    """The loaded LLVM for `choice` (default `find_library`): llvmlite's or a system library's, one per process
+    and library; `LLVMError` when it can't be loaded."""
+    choice = choice or find_library()
+    if choice.source == LLVMLITE:
+        return LlvmliteToolchain.shared()
+    return LLVMToolchain.shared(choice)
+
+
 class LLVMCompiler(Compiler):
     """Compiles the ``llvm`` backend's IR in-process; see the module docstring.
 
@@ -123,23 +144,24 @@ class LLVMCompiler(Compiler):
         self._key_parts: tuple[str, ...] | None = None
 
     @property
-    def toolchain(self) -> LLVMToolchain:
-        """The loaded library (loaded on first use, shared per process)."""
+    def toolchain(self) -> LLVMToolchain | LlvmliteToolchain:
+        """The loaded LLVM: llvmlite's or a system library's (loaded on first use, shared per process)."""
         try:
-            return LLVMToolchain.shared(self.library)
+            return open_toolchain(self.library)
         except LLVMError as error:
             raise CompileError(f"CLANG llvm backend: {error}") from error
 
     # ----- cache key -----
     def cache_key_parts(self) -> Sequence[str]:
-        """Library path and version, host CPU name and features as LLVM sees them, every optimizer option, and
-        whether the result is an object file or a shared object."""
+        """Library path, version and stamp, host CPU name and features as LLVM sees them, every optimizer option,
+        and whether the result is an object file or a shared object."""
         if self._key_parts is None:
             cpu, features = self.target_facts()
             path = self.library.path or ""
             self._key_parts = (
                 os.path.realpath(path),
                 str(self.library.version),
+                json.dumps(toolchain.compiler_stamp(path)),
                 cpu,
                 features,
                 repr(self.options),
@@ -233,5 +255,8 @@ class LLVMCompiler(Compiler):
 
     def __repr__(self) -> str:
         how = "loaded in-process" if self.in_process else f"linked by {self.linker}"
-        options = f"{self.options.pipeline} codegen O{self.options.codegen_level}"
+        pipeline = self.options.pipeline
+        if self.library.source == LLVMLITE and pipeline == PassOptions.pipeline:
+            pipeline = "kernel"  # what llvmlite runs for the default pipeline (see llvmlite_toolchain)
+        options = f"{pipeline} codegen O{self.options.codegen_level}"
         return f"<LLVMCompiler {self.library.path} {options}, {how}>"

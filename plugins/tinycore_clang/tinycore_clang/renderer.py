@@ -202,11 +202,33 @@ class ClangRenderError(ValueError):
     """A linearized program the C renderer can't express (names the uop and why)."""
 
 
+# -march values whose CPUs have AVX-512F (x86-64-v4 and the Intel/AMD server and client cores that have it)
+AVX512_ARCHS = frozenset(
+    {
+        "x86-64-v4", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+        "rocketlake", "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+        "diamondrapids", "znver4", "znver5", "knl", "knm",
+    }
+)  # fmt: skip
+
+
 @functools.cache
 def host_vector_bytes() -> int:
     """Bytes of this CPU's widest vector registers that ``-march=native`` code uses: 64 (AVX-512F), 32 (AVX), 16."""
     flags = set(cpuinfo_flags().split())
     return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+
+
+def vector_shape(arch: str | None) -> tuple[int, int]:
+    """``(bytes per vector register, number of vector registers)`` of CPU target `arch` (a ``-march`` value; None:
+    this machine): AVX-512 has 32 registers of 64 bytes, AVX/AVX2 16 of 32, SSE 16 of 16. An unknown `arch` counts
+    as AVX2.
+
+    >>> vector_shape("haswell"), vector_shape("znver4"), vector_shape("x86-64-v4")
+    ((32, 16), (64, 32), (64, 32))
+    """
+    width = host_vector_bytes() if arch is None else 64 if arch in AVX512_ARCHS else 32
+    return width, 32 if width == 64 else 16
 
 
 def _next_pow2(n: int) -> int:
@@ -227,8 +249,8 @@ class ClangRenderer(Renderer):
 
     `arch` is the CPU target handed to the compiler (None: ``-march=native``); rendering doesn't depend on it.
     `threads` is how many CPU threads a ``core_id`` split should use (``THREADS`` or the CPU count). Picklable as
-    ``(family, arch)`` like every renderer. `vector_bytes` is the host's vector register width when compiling for
-    it (64 with AVX-512, 32 with AVX, else 16; 32 for an explicit `arch`); `gemm_panel_bytes` (two vector
+    ``(family, arch)`` like every renderer. `vector_bytes` and `vector_registers` describe the target's vector
+    registers (`vector_shape`: 64 bytes x 32 with AVX-512, 32 x 16 with AVX); `gemm_panel_bytes` (two vector
     registers) asks the frontend to repack a large matmul's right operand into panels one register tile wide;
     `row_reduce_bytes` (`ROW_REDUCE_BYTES`) lets softmax-like row reduces run in one kernel per row.
 
@@ -261,7 +283,7 @@ class ClangRenderer(Renderer):
     def __init__(self, arch: str | None = None, threads: int | None = None):
         self.arch = arch
         self.threads = threads if threads is not None else default_thread_count()
-        self.vector_bytes = host_vector_bytes() if arch is None else 32
+        self.vector_bytes, self.vector_registers = vector_shape(arch)
         self.gemm_panel_bytes = 2 * self.vector_bytes
 
     # ----- public helpers -----

@@ -120,6 +120,17 @@ def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
 
 
 @hookimpl
+def tinycore_collective_backend(device: str, group: Any) -> Any | None:
+    """NCCL for CUDA tensors (`tinycore_cuda.nccl.NCCLBackend`; its wheel: ``pip install 'tinycore-cuda[nccl]'``)."""
+    if not _is_cuda(device):
+        return None
+    from tinycore.sdk import Device
+    from tinycore_cuda.nccl import NCCLBackend
+
+    return NCCLBackend(Device[device], group)
+
+
+@hookimpl
 def tinycore_report_info(name: str) -> dict[str, str] | None:
     """This plugin's version, NVRTC's, and the driver's when there is one."""
     if not _is_cuda(name):

@@ -1,4 +1,4 @@
-"""`FakeDriver`: a stand-in for ``cuda.bindings.driver`` for tests without a GPU.
+"""`FakeDriver`: a stand-in for ``cuda.bindings.driver`` for tests without a GPU; `FakeNCCL`: one for ``libnccl``.
 
 It answers the calls `tinycore_cuda.device` makes the bindings' way (``(CUresult, *values)``), on host memory, and
 records every call in `calls`. Kernels are not executed: a launch records its function, dims and arguments.
@@ -198,3 +198,133 @@ class FakeDriver:
 
     def cuGraphDestroy(self, graph: dict) -> tuple[int]:
         return (self._call("cuGraphDestroy"),)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NCCL
+
+
+NCCL_TYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "float16", 7: "float32",
+              8: "float64"}  # fmt: skip
+
+
+class FakeNCCLWorld:
+    """The ranks of fake communicators in one process: a collective completes when every rank has enqueued it,
+    on the memory of the `FakeDriver` (all ranks share it; their buffers have distinct addresses)."""
+
+    def __init__(self, driver: FakeDriver):
+        self.driver = driver
+        self.comms: dict[int, tuple[bytes, int, int]] = {}  # handle -> (unique id, nranks, rank)
+        self.queued: dict[bytes, list[tuple[int, tuple[Any, ...]]]] = {}  # unique id -> enqueued (rank, call)
+        self.next_id = 0
+        self.async_errors: dict[int, int] = {}
+
+    def pending(self, rank: int) -> bool:
+        """Whether `rank` has a collective waiting for the other ranks."""
+        return any(r == rank for calls in self.queued.values() for r, _ in calls)
+
+    def stream_query(self, rank: int) -> tuple[int]:
+        """``cuStreamQuery`` of `rank`'s stream: CUDA_ERROR_NOT_READY (600) while its collective waits."""
+        return (600 if self.pending(rank) else SUCCESS,)
+
+    def _array(self, address: int, count: int, dtype: str) -> Any:
+        import numpy as np
+
+        block, offset = self.driver._block(address)
+        return np.frombuffer(block, dtype=dtype, count=count, offset=offset)
+
+    def enqueue(self, comm: int, call: tuple[Any, ...]) -> None:
+        uid, nranks, rank = self.comms[comm]
+        calls = self.queued.setdefault(uid, [])
+        calls.append((rank, call))
+        if len(calls) < nranks:
+            return
+        del self.queued[uid]
+        self._complete(sorted(calls, key=lambda c: c[0]))
+
+    def _complete(self, calls: list[tuple[int, tuple[Any, ...]]]) -> None:
+        import numpy as np
+
+        kind = calls[0][1][0]
+        n = len(calls)
+        if kind in ("allreduce", "reducescatter"):
+            _, _, _, count, dtype, op = calls[0][1]
+            total = count * (n if kind == "reducescatter" else 1)
+            parts = np.stack([self._array(c[1], total, NCCL_TYPES[dtype]) for _, c in calls])
+            result = {0: parts.sum(0), 2: parts.max(0), 3: parts.min(0)}[op]
+            for rank, c in calls:
+                piece = result if kind == "allreduce" else result[rank * count : (rank + 1) * count]
+                self._array(c[2], count, NCCL_TYPES[dtype])[:] = piece
+        elif kind == "broadcast":
+            _, _, _, count, dtype, root = calls[0][1]
+            source = self._array(calls[root][1][1], count, NCCL_TYPES[dtype]).copy()
+            for _, c in calls:
+                self._array(c[2], count, NCCL_TYPES[dtype])[:] = source
+        elif kind == "allgather":
+            _, _, _, count, dtype = calls[0][1]
+            gathered = np.concatenate([self._array(c[1], count, NCCL_TYPES[dtype]) for _, c in calls])
+            for _, c in calls:
+                self._array(c[2], count * n, NCCL_TYPES[dtype])[:] = gathered
+
+
+def _value(arg: Any) -> Any:
+    """The Python value of a ctypes argument (or the argument itself)."""
+    return getattr(arg, "value", arg) or 0
+
+
+class FakeNCCL:
+    """The ``libnccl`` functions `tinycore_cuda.nccl.NCCL` calls, with its ctypes arguments, for one process of a
+    `FakeNCCLWorld`; every call is recorded in `calls`. `fail` maps a function name to the result it returns next."""
+
+    def __init__(self, world: FakeNCCLWorld):
+        self.world = world
+        self.calls: list[str] = []
+        self.fail: dict[str, int] = {}
+
+    def _call(self, name: str) -> int:
+        self.calls.append(name)
+        return self.fail.pop(name, SUCCESS)
+
+    def ncclGetErrorString(self, code: int) -> bytes:
+        texts = {0: b"no error", 2: b"unhandled system error", 6: b"remote process exited or there was a network error"}
+        return texts.get(code, b"unknown result code")
+
+    def ncclGetUniqueId(self, ref: Any) -> int:
+        self.world.next_id += 1
+        ref._obj.internal = f"fake-nccl-{self.world.next_id}".encode().ljust(128, b"\0")
+        return self._call("ncclGetUniqueId")
+
+    def ncclCommInitRank(self, ref: Any, nranks: int, uid: Any, rank: int) -> int:
+        handle = 0x1000 + len(self.world.comms)
+        self.world.comms[handle] = (bytes(uid.internal), nranks, rank)
+        ref._obj.value = handle
+        return self._call("ncclCommInitRank")
+
+    def ncclAllReduce(self, send: Any, recv: Any, count: Any, dtype: int, op: int, comm: Any, stream: Any) -> int:
+        self.world.enqueue(_value(comm), ("allreduce", _value(send), _value(recv), _value(count), dtype, op))
+        return self._call("ncclAllReduce")
+
+    def ncclReduceScatter(self, send: Any, recv: Any, count: Any, dtype: int, op: int, comm: Any, stream: Any) -> int:
+        self.world.enqueue(_value(comm), ("reducescatter", _value(send), _value(recv), _value(count), dtype, op))
+        return self._call("ncclReduceScatter")
+
+    def ncclBroadcast(self, send: Any, recv: Any, count: Any, dtype: int, root: int, comm: Any, stream: Any) -> int:
+        self.world.enqueue(_value(comm), ("broadcast", _value(send), _value(recv), _value(count), dtype, root))
+        return self._call("ncclBroadcast")
+
+    def ncclAllGather(self, send: Any, recv: Any, count: Any, dtype: int, comm: Any, stream: Any) -> int:
+        self.world.enqueue(_value(comm), ("allgather", _value(send), _value(recv), _value(count), dtype))
+        return self._call("ncclAllGather")
+
+    def ncclCommGetAsyncError(self, comm: Any, ref: Any) -> int:
+        ref._obj.value = self.world.async_errors.get(_value(comm), SUCCESS)
+        return self._call("ncclCommGetAsyncError")
+
+    def ncclCommAbort(self, comm: Any) -> int:
+        uid = self.world.comms[_value(comm)][0]
+        self.world.queued.pop(uid, None)
+        return self._call("ncclCommAbort")
+
+    def ncclCommDestroy(self, comm: Any) -> int:
+        self.world.comms.pop(_value(comm), None)
+        return self._call("ncclCommDestroy")

@@ -1,8 +1,8 @@
-"""MetalRenderer on real kernels of the pipeline (ASTs scheduled on PYTHON, lowered for the Metal renderer): the
-rendered text (signature with bound buffers, launch ids, barrier, threadgroup arrays, vector types, conversions);
-then all kernels compiled by Apple's compiler (``xcrun metal``, macOS only) and, anywhere clang is, an approximate
-syntax and name check against a small stand-in ``metal_stdlib`` (it catches undeclared names and bad swizzles, not
-Metal's address-space rules). No GPU needed."""
+"""MetalRenderer on real kernels of the pipeline (every case of `tinycore.testkit.kernels`, ASTs scheduled on PYTHON
+and lowered for the Metal renderer): every kernel renders; the rendered text (signature with bound buffers, launch
+ids, barrier, aligned threadgroup arrays, vector types, conversions, simdgroup matrices); all kernels pass the
+approximate syntax check (clang-19 with the stand-in ``metal_stdlib`` of ``tinycore_metal/stdlib_stub``), which
+catches a bad name; and, on macOS only, Apple's compiler (``xcrun metal``) builds them. No GPU needed."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ import subprocess
 import pytest
 
 pytest.importorskip("tinycore_metal", reason="tinycore-metal is not installed (pip install -e plugins/tinycore_metal)")
-from tinycore_metal.renderer import METAL_MSL, MetalRenderer  # noqa: E402
+from tinycore_metal.compiler import find_clang, syntax_check  # noqa: E402
+from tinycore_metal.renderer import METAL_MSL, METAL_TENSOR_CORES, MetalRenderer  # noqa: E402
 
 from tinycore.dtype import dtypes  # noqa: E402
-from tinycore.testkit.kernels import render_cases  # noqa: E402
+from tinycore.errors import CompileError  # noqa: E402
+from tinycore.testkit.kernels import kernel_cases, render_cases  # noqa: E402
+
+NO_CLANG = "clang-19 not installed"
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +29,20 @@ def sources() -> dict[str, str]:
     return render_cases(MetalRenderer())
 
 
+def test_every_kernel_of_the_op_parity_suite_renders(sources):
+    supported = {n for n, (_, _, used) in kernel_cases().items() if used <= MetalRenderer().supported_dtypes}
+    assert set(sources) == supported and len(sources) >= 24
+    assert "add_float64" not in sources  # Metal has no float64: that case is not for this renderer
+    for name, src in sources.items():
+        assert f"kernel void k_{name}(" in src, name
+
+
 def test_renderer_attributes():
     r = MetalRenderer("apple9")
     assert (r.device, r.arch, r.dialect) == ("METAL", "apple9", METAL_MSL)
-    assert r.has_local and r.has_shared and r.tensor_cores == []
+    assert r.has_local and r.has_shared and r.tensor_cores == METAL_TENSOR_CORES
     assert dtypes.float64 not in r.supported_dtypes and dtypes.bfloat16 in r.supported_dtypes
+    assert r.native_ops == {"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"}
 
 
 def test_signature_binds_buffers_then_variables_then_ids(sources):
@@ -46,9 +59,9 @@ def test_signature_binds_buffers_then_variables_then_ids(sources):
     assert "const device float* data1 [[buffer(1)]], constant int& n [[buffer(2)]], uint3 gid" in sources["variable"]
 
 
-def test_grouped_reduce_has_threadgroup_memory_and_barrier(sources):
+def test_grouped_reduce_has_aligned_threadgroup_memory_and_barrier(sources):
     src = sources["grouped_sum"]
-    assert "threadgroup float smem0[16];" in src
+    assert "threadgroup __attribute__((aligned(16))) float smem0[16];" in src
     assert src.count("threadgroup_barrier(mem_flags::mem_threadgroup);") == 1
     row = sources["row_sum"]
     assert "*((threadgroup float4*)((smem0+" in row and "*((const threadgroup float4*)((smem0+" in row
@@ -64,9 +77,16 @@ def test_types_and_conversions(sources):
     assert "uchar4 ld" in sources["uint8_int8"] and "((char)(" in sources["uint8_int8"]
     tr = sources["transcendental"]
     assert "precise::sin(" in tr and "precise::exp2(" in tr and "precise::sqrt(" in tr
-    assert "fma(" in sources["matmul"]
     assert "as_type<int>((float)(" in sources["bitcast"] and "as_type<short>((half)(" in sources["bitcast16"]
+    assert "as_type<ushort>((bfloat)(" in sources["bitcast_bf16"]
     assert "INFINITY" in sources["specials"] and "NAN" in sources["specials"]
+
+
+def test_the_float_matmul_uses_simdgroup_matrices(sources):
+    src = sources["matmul"]  # the default heuristics pick the float32 simdgroup tensor core
+    assert "simdgroup_float8x8 sg_a" in src and "simdgroup_multiply_accumulate(" in src
+    assert re.search(r"sg_a\d+\.thread_elements\(\)\[1\] = ", src) and "= sg_c" in src
+    assert "= lid.x; /* 32 */" in src  # one SIMD-group of 32 threads per fragment
 
 
 def test_vector_type_of_every_dtype(sources):
@@ -86,63 +106,32 @@ def test_every_kernel_compiles_with_xcrun_metal(sources, tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
 
 
-# An approximate Metal for clang: address spaces defined away, `kernel` as `extern "C"`, vectors as small structs
-# with Metal's constructors and swizzle-free lanes, the `metal::` functions used by the dialect declared.
-STAND_IN_METAL_STDLIB = """\
-#pragma once
-#define kernel extern "C"
-#define device
-#define threadgroup
-#define constant
-#define INFINITY __builtin_inff()
-#define NAN __builtin_nanf("")
-typedef unsigned char uchar;
-typedef unsigned short ushort;
-typedef unsigned int uint;
-typedef unsigned long ulong;
-typedef _Float16 half;
-struct bfloat { unsigned short bits; bfloat() = default; explicit bfloat(float); explicit operator float() const; };
-template <typename T> struct tc_vec2 { T x, y; tc_vec2() = default; tc_vec2(T a, T b); };
-template <typename T> struct tc_vec3 { T x, y, z; tc_vec3() = default; tc_vec3(T a, T b, T c); };
-template <typename T> struct tc_vec4 { T x, y, z, w; tc_vec4() = default; tc_vec4(T a, T b, T c, T d); };
-#define TC_VECTORS(T) typedef tc_vec2<T> T##2; typedef tc_vec3<T> T##3; typedef tc_vec4<T> T##4;
-TC_VECTORS(bool) TC_VECTORS(char) TC_VECTORS(uchar) TC_VECTORS(short) TC_VECTORS(ushort) TC_VECTORS(int)
-TC_VECTORS(uint) TC_VECTORS(long) TC_VECTORS(ulong) TC_VECTORS(half) TC_VECTORS(bfloat) TC_VECTORS(float)
-namespace metal {
-enum class mem_flags { mem_none, mem_device, mem_threadgroup };
-void threadgroup_barrier(mem_flags flags);
-template <typename T, typename F> T as_type(F x) {
-  static_assert(sizeof(T) == sizeof(F), "as_type keeps the size");
-  return __builtin_bit_cast(T, x);
-}
-float trunc(float x);
-float fma(float a, float b, float c);
-namespace precise { float sqrt(float x); float exp2(float x); float log2(float x); float sin(float x); }
-}
-"""
+def test_every_kernel_passes_the_stand_in_syntax_check(sources):
+    if find_clang() is None:
+        pytest.skip(NO_CLANG)
+    syntax_check("\n".join(sources.values()))  # one translation unit: the kernels also coexist
+    for src in sources.values():
+        syntax_check(src)  # and each alone, as the runtime compiler sees it
 
 
-def _clang() -> str | None:
-    names = ("clang-19", "clang-18", "clang-17", "clang-16", "clang-15", "clang")
-    return next((path for path in map(shutil.which, names) if path), None)
+def test_the_stand_in_check_catches_bad_names_lanes_and_types(sources):
+    if find_clang() is None:
+        pytest.skip(NO_CLANG)
+    broken = {
+        "a bad lane": sources["broadcast"].replace("lid.y", "lid.q"),
+        "an undeclared name": sources["grouped_sum"].replace("threadgroup_barrier(", "threadgroup_barier("),
+        "a vector with too many lanes": sources["broadcast"].replace("= float4(", "= float2(", 1),
+        "a bad simdgroup call": sources["matmul"].replace("simdgroup_multiply_accumulate(sg_c", "simdgroup_multiply("),
+    }
+    for what, src in broken.items():
+        with pytest.raises(CompileError, match="stand-in metal_stdlib"):
+            syntax_check(src)
+            pytest.fail(f"the check let {what} through")
 
 
-def test_every_kernel_passes_a_stand_in_metal_syntax_check(sources, tmp_path):
-    clang = _clang()
-    if clang is None:
-        pytest.skip("clang (15 or later) is not on PATH (the stand-in Metal syntax check needs it)")
-    (tmp_path / "metal_stdlib").write_text(STAND_IN_METAL_STDLIB)
-    (tmp_path / "kernels.cpp").write_text("\n".join(sources.values()))
-    cmd = [clang, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Werror", "-Wno-unknown-attributes", "-I", "."]
-    done = subprocess.run([*cmd, "kernels.cpp"], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
+def test_a_missing_clang_is_a_clear_error(monkeypatch):
+    import tinycore_metal.compiler as compiler
 
-
-def test_the_stand_in_check_catches_a_bad_name(sources, tmp_path):
-    clang = _clang()
-    if clang is None:
-        pytest.skip("clang (15 or later) is not on PATH (the stand-in Metal syntax check needs it)")
-    (tmp_path / "metal_stdlib").write_text(STAND_IN_METAL_STDLIB)
-    (tmp_path / "bad.cpp").write_text(sources["broadcast"].replace("lid.y", "lid.q"))
-    cmd = [clang, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-attributes", "-I", ".", "bad.cpp"]
-    assert subprocess.run(cmd, cwd=tmp_path, capture_output=True).returncode != 0
+    monkeypatch.setattr(compiler, "find_clang", lambda: None)
+    with pytest.raises(CompileError, match="clang-19 not installed.*fix: apt-get install clang-19"):
+        syntax_check("kernel void k() {}")

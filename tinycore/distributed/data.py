@@ -1,0 +1,127 @@
+"""Data parallelism for users: `average_gradients` after ``backward()``, `broadcast_parameters` at the start, and a
+`DistributedSampler` giving each rank its shard of a data set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from tinycore.distributed.collectives import all_reduce, broadcast, get_group
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+__all__ = ["DistributedSampler", "average_gradients", "broadcast_parameters"]
+
+DEFAULT_BUCKET_MB = 25.0
+
+
+def average_gradients(params: Iterable[Tensor], bucket_mb: float = DEFAULT_BUCKET_MB) -> int:
+    """Replace each parameter's ``.grad`` by its mean over every rank; call it between ``loss.backward()`` and
+    ``opt.step()``. Returns the number of collectives it ran.
+
+    Bucketed: the gradients of one device and dtype are flattened into one tensor of up to `bucket_mb` megabytes
+    (in parameter order) and reduced with one `all_reduce`, so a model of many small tensors costs a few collectives,
+    not one per tensor; each ``.grad`` becomes a lazy view of its bucket divided by the world size (the division
+    fuses into the optimizer's kernels). Works eagerly and inside `TinyJit`: a captured training step replays its
+    collectives. Parameters without a gradient are skipped; every rank must pass the same parameters in the same
+    order (a mismatch is a `CollectiveMismatchError`).
+    """
+    from tinycore.tensor import Tensor
+
+    if not bucket_mb > 0:
+        raise ValueError(f"bucket_mb must be positive, got {bucket_mb!r}")
+    n = get_group().world_size
+    limit = int(bucket_mb * 1024 * 1024)
+    buckets: dict[tuple[str, object], list[list[Tensor]]] = {}
+    for p in params:
+        if p.grad is None:
+            continue
+        if not isinstance(p.grad.device, str):
+            raise ValueError(f"average_gradients: a gradient on {p.grad.device} is sharded; use one device per rank")
+        lists = buckets.setdefault((p.grad.device, p.grad.dtype), [[]])
+        size = sum(q.grad.numel() for q in lists[-1]) * p.grad.dtype.itemsize  # type: ignore[union-attr]
+        if lists[-1] and size + p.grad.numel() * p.grad.dtype.itemsize > limit:
+            lists.append([])
+        lists[-1].append(p)
+    count = 0
+    for lists in buckets.values():
+        for bucket in lists:
+            grads = [p.grad for p in bucket]
+            # each gradient in its own kernels, then one copy into the bucket (fused into the cat, the reductions of
+            # the backward pass would run inside its branches, far slower than alone)
+            flat = [g.contiguous().reshape(-1) for g in grads]  # type: ignore[union-attr]
+            total = all_reduce(flat[0] if len(flat) == 1 else Tensor.cat(*flat), "sum")
+            count += 1
+            offset = 0
+            for p, g in zip(bucket, grads):
+                size = g.numel()  # type: ignore[union-attr]
+                p.grad = (total[offset : offset + size] / n).reshape(g.shape).cast(g.dtype)  # type: ignore[union-attr]
+                offset += size
+    return count
+
+
+def broadcast_parameters(params: Iterable[Tensor], root: int = 0) -> None:
+    """Give every rank rank `root`'s values of `params` (assigned in place), so training starts from the same
+    weights whatever each rank's random initialization was."""
+    for p in params:
+        p.assign(broadcast(p.detach(), root)).realize()
+
+
+class DistributedSampler:
+    """The indices of this rank's shard of a data set of `size` items, for one epoch at a time.
+
+    Each epoch every rank draws the same permutation (`seed` plus the epoch, with `shuffle`), pads it by wrapping
+    around to a multiple of the world size (or drops the tail with `drop_last`), and takes every ``world_size``-th
+    index starting at its rank: the shards are disjoint and equally long, so batch ``i`` of all ranks together is
+    ``world_size`` consecutive batches of the permutation. Call `set_epoch` before each epoch for a new order.
+
+    >>> list(DistributedSampler(10, rank=1, world_size=2, shuffle=False))
+    [1, 3, 5, 7, 9]
+    """
+
+    def __init__(
+        self,
+        size: int,
+        rank: int | None = None,
+        world_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
+        if rank is None or world_size is None:
+            group = get_group()
+            rank = group.rank if rank is None else rank
+            world_size = group.world_size if world_size is None else world_size
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"DistributedSampler size must be a non-negative int, got {size!r}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+        self.size, self.rank, self.world_size = size, rank, world_size
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the permutation of `epoch` from now on."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.size // self.world_size
+        return -(-self.size // self.world_size)
+
+    def indices(self) -> list[int]:
+        """This rank's indices for the current epoch."""
+        import numpy as np
+
+        order = (
+            np.random.default_rng(self.seed + self.epoch).permutation(self.size)
+            if self.shuffle
+            else np.arange(self.size)
+        )
+        total = len(self) * self.world_size
+        if total > self.size and self.size:
+            order = np.resize(order, total)  # wraps around to the start
+        return [int(i) for i in order[:total][self.rank :: self.world_size]]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices())
