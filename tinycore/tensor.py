@@ -43,7 +43,6 @@ from tinycore.engine.schedule import (
     new_buffer_uop,
     note_chain_node,
     note_elementwise_pair,
-    realized_view,
     schedule_for_chain,
     schedule_for_run,
     schedule_outputs,
@@ -1019,7 +1018,8 @@ class Tensor(
     def assign(self, x: Any) -> Tensor:
         """Write `x` (broadcast and cast to this tensor's shape and dtype) into this tensor's buffer, lazily.
 
-        A tensor that has no buffer (a lazy result, a constant) simply takes `x`'s value.
+        A tensor that has no buffer (a lazy result, a constant) simply takes `x`'s value, even when an equal graph
+        was realized before (``c = a * 2; c.numpy(); d = a * 2; d += 1`` leaves `c` alone).
         """
         if not isinstance(x, Tensor):
             x = Tensor(x, device=self.device, dtype=self.dtype)
@@ -1043,11 +1043,10 @@ class Tensor(
             else:
                 self.uop = x.shard(self.device, self.uop.arg).uop
             return self
-        view = realized_view(self.uop)
-        if view is not None:
-            self.uop = view
         base = _view_base(self.uop)
         if base.op not in (Ops.BUFFER, Ops.ASSIGN):
+            # no storage of its own, even when an earlier realize computed an equal graph: that buffer belongs to the
+            # tensor that realized it (and to later reads of the graph), so this one takes the value instead
             self.uop = x.uop
             return self
         self.uop = self.uop.assign(x.uop)

@@ -207,3 +207,77 @@ def test_a_deferred_eager_chain_made_before_a_tinyjit_capture_keeps_its_value():
     np.testing.assert_allclose(losses, [6.0, 9.0, 12.0, 15.0], rtol=1e-6)
     np.testing.assert_allclose(before.numpy(), [7.0, 10.0, 13.0], rtol=1e-6)
     np.testing.assert_allclose(w.numpy(), [5.0, 6.0, 7.0], rtol=1e-6)
+
+
+# ----- an in-place write goes to the written tensor's own storage, never to a buffer it merely equals
+# ``c = ones * 2; c.numpy(); d = ones * 2; d += 1`` made c 3: d's graph was the one c's realize computed, so the write
+# went into c's buffer. Two models built from one seed in one process shared (and corrupted) their parameters the
+# same way, and an optimizer step on lazily initialized parameters overwrote a buffer its own gradient still read.
+
+
+@pytest.mark.parametrize("made_before_the_realize", [False, True])
+def test_a_write_to_an_equal_lazy_value_leaves_the_realized_one_alone(made_before_the_realize):
+    c = Tensor.ones(3) * 2
+    d = Tensor.ones(3) * 2 if made_before_the_realize else None
+    c.numpy()
+    d = d if d is not None else Tensor.ones(3) * 2
+    d += 1
+    d.realize()
+    assert c.numpy().tolist() == [2.0] * 3 and d.numpy().tolist() == [3.0] * 3
+    assert (Tensor.ones(3) * 2).numpy().tolist() == [2.0] * 3  # the cached value of that graph is intact
+
+
+def test_a_write_to_a_value_a_realize_computed_on_the_way_leaves_that_cache_alone():
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    h = x * 2
+    assert (h.sum() + h.max()).item() == 18.0  # may keep h's buffer for reuse
+    h2 = x * 2
+    h2.assign(Tensor.zeros(4)).realize()
+    assert (x * 2).numpy().tolist() == [0.0, 2.0, 4.0, 6.0] and h2.numpy().tolist() == [0.0] * 4
+
+
+def test_two_models_from_one_seed_keep_their_own_parameters():
+    def model() -> nn.Linear:
+        Tensor.manual_seed(3)
+        return nn.Linear(4, 2)
+
+    first = model()
+    before = first.weight.numpy().copy()
+    second = model()
+    opt = nn.optim.SGD([second.weight, second.bias], lr=0.5)
+    second(Tensor.ones(1, 4)).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(first.weight.numpy(), before)
+    assert not np.array_equal(second.weight.numpy(), before)
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_a_step_on_lazily_initialized_parameters_uses_the_gradient_torch_computes(optimizer):
+    """Layers initialize their parameters with a pending write (an ASSIGN into their own buffer); the optimizer's
+    step writes each buffer a second time in the same schedule. The first layer's gradient reads the second layer's
+    initial weights, so it must run before that second write (it ran after it: conv -> relu -> linear gave a
+    conv gradient 50% off, and Adam's first step moved 40 of 144 conv weights the wrong way)."""
+    rng = np.random.default_rng(0)
+    x = (rng.random((4, 1, 6, 6)) > 0.5).astype(np.float32)
+
+    def model() -> tuple[nn.Conv2d, nn.Linear]:
+        Tensor.manual_seed(0)
+        return nn.Conv2d(1, 4, 3, padding=1), nn.Linear(4 * 36, 3)
+
+    conv, fc = model()
+    start = [p.numpy().copy() for p in (conv.weight, conv.bias, fc.weight, fc.bias)]
+    conv, fc = model()  # the same initializers, pending again
+    params = [conv.weight, conv.bias, fc.weight, fc.bias]
+    opt = getattr(nn.optim, optimizer)(params, lr=1.0 if optimizer == "SGD" else 0.01)
+    out = fc(conv(Tensor(x)).relu().flatten(1))
+    (out * out).mean().backward()
+    opt.step()  # the gradients were never realized: they are computed in the step's schedule
+    tp = [torch.tensor(p, requires_grad=True) for p in start]
+    h = torch.nn.functional.conv2d(torch.tensor(x), tp[0], tp[1], padding=1).relu().flatten(1)
+    ((h @ tp[2].T + tp[3]) ** 2).mean().backward()
+    for p, p0, t in zip(params, start, tp):
+        if optimizer == "SGD":
+            np.testing.assert_allclose(p0 - p.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-6)
+        else:  # Adam's first step is lr * sign(g) wherever |g| >> eps
+            big = np.abs(t.grad.numpy()) > 1e-4
+            np.testing.assert_allclose((p0 - p.numpy())[big], 0.01 * np.sign(t.grad.numpy())[big], rtol=1e-3)

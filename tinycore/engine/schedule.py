@@ -1395,6 +1395,10 @@ class _Scheduler:
             for n in region:
                 if n in self.points and n is not p:
                     deps[p].add(n)
+                    if n.op is Ops.ASSIGN:  # p reads what that write left: before any later write of the buffer
+                        for w in writers.get(self.slot_of_point[n], ()):
+                            if w is not p and n in _earlier_writes(w):
+                                deps[w].add(p)
                 elif n.op is Ops.BUFFER:
                     for w in writers.get(self.walk.slot_of[n], ()):
                         if w is not p:
@@ -1411,6 +1415,16 @@ class _Scheduler:
             pending.remove(ready)
         self._deps = deps
         return order
+
+
+def _earlier_writes(write: UOp) -> set[UOp]:
+    """The ASSIGNs to the same buffer that ASSIGN `write` comes after (the chain under its target)."""
+    out: set[UOp] = set()
+    node = _view_base(write.src[0])
+    while node.op is Ops.ASSIGN:
+        out.add(node)
+        node = _view_base(node.src[0])
+    return out
 
 
 _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE})
