@@ -344,10 +344,10 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         # another operand read with a stride along the reduce (``h @ w`` with a narrow ``w``) is gathered lane by
         # lane: one vector per step, as wider steps cost compile time (wide gathers) and gain nothing at run time
         gathered = any(_stride(p, red_axis) not in (0, 1) for p in loads)
-        amt = _divisor(_size(red_axis), (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2))
         idx = _axis_index(k.reduce_axes, red_axis)
-        if amt is not None and idx is not None:
-            _try(k, Opt(OptOps.UNROLL, idx, amt))
+        for amt in (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2):  # the widest the kernel takes (64 lanes: not)
+            if idx is not None and _divisor(_size(red_axis), (amt,)) and _try(k, Opt(OptOps.UNROLL, idx, amt)):
+                break
         # long rows reduced side by side: four rows per step give four independent memory streams (row max/sum of a
         # 4096 x 4096 matrix: ~25% faster on AVX2, what BEAM picks first); not with exp/log in the body, whose
         # 16 polynomial chains would no longer fit the registers
