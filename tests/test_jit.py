@@ -545,6 +545,30 @@ def test_symbolic_batch_replays_at_other_batch_sizes(dev: str) -> None:
     assert jit_stats.captures == captures + 1  # captured at 8, replayed at every other size
 
 
+def test_one_capture_serves_input_buffers_sized_by_the_variable(dev: str) -> None:
+    """DESIGN 3: ``a.reshape(3, i)`` of a fresh buffer per call (3*i elements): the capture at i = 7 replays for
+    smaller and larger values up to the bound; intermediates of symbolic size were allocated at the bound."""
+
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        return ((a * 2).contiguous() + b).sum(1), a + 1
+
+    i = Variable("i", 1, 10)
+    captures = jit_stats.captures
+    for value in (7, 7, 7, 3, 10, 1, 5):
+        an = np.arange(3 * value, dtype=np.float32).reshape(3, value)
+        bn = np.full((3, value), value, np.float32)
+        a = Tensor(an.ravel(), device=dev).realize()
+        b = Tensor(bn.ravel(), device=dev).realize()
+        total, plus = f(a.reshape(3, i.bind(value)), b.reshape(3, i.bind(value)))
+        np.testing.assert_allclose(total.numpy(), (an * 2 + bn).sum(1))
+        assert plus.shape[1].unbind()[1] == value
+        np.testing.assert_allclose(plus.reshape(3, value).numpy(), an + 1)  # back to a concrete shape
+    assert jit_stats.captures == captures + 1 and f.cnt == 7
+    with pytest.raises(JitError, match="changed shape"):  # a concrete shape still may not change
+        f(Tensor.ones(33, device=dev).realize().reshape(3, 11), Tensor.ones(33, device=dev).realize().reshape(3, 11))
+
+
 def test_inputs_aliased_differently_is_an_error(dev: str) -> None:
     @TinyJit
     def f(a: Tensor, b: Tensor) -> Tensor:

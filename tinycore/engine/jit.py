@@ -57,6 +57,7 @@ Decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import weakref
@@ -258,6 +259,15 @@ class InputSpec:
             axis, index, count = self.shard
             shard = f", shard {index} of {count} " + ("(replicated)" if axis is None else f"on axis {axis}")
         return f"shape {self.shape} {self.dtype} on {self.device}{view}{shard}"
+
+
+def _same_but_for_symbolic_size(old: InputSpec, new: InputSpec) -> bool:
+    """True when two specs differ only in the size of the buffer under a symbolic shape (``a.reshape(3, i)`` called
+    with another value of ``i``): the captured kernels take the variable's value at each call and buffers of symbolic
+    size were allocated at the variable's maximum, so one capture serves every bound value."""
+    if not any(not isinstance(d, int) for d in old.shape):
+        return False
+    return old.size != new.size and dataclasses.replace(old, size=new.size) == new
 
 
 @dataclass(frozen=True)
@@ -591,7 +601,7 @@ class CapturedJit:
                 f"called with {len(specs)} at {[_arg_name(k) for k in keys]}"
             )
         for key, old, new in zip(keys, self.specs, specs):
-            if old != new:
+            if old != new and not _same_but_for_symbolic_size(old, new):
                 what = [
                     field
                     for field in ("shape", "dtype", "device", "view", "size", "shard")

@@ -23,7 +23,8 @@ How it runs a program:
   0), float->int casts truncate (non-finite gives 0), float16 is numpy's half, bfloat16 values live in float32
   rounded to bfloat16 after every op and are stored as 16-bit words.
 - ``VECTORIZE``/``GEP`` vectors are tuples of lanes; ``WMMA`` is emulated from the renderer's `TensorCore`
-  layouts (its ``arg`` holds the `TensorCore`, or its name first).
+  layouts (its ``arg`` holds the `TensorCore`, or its name first). ``SHUFFLE`` (a warp's XOR shuffle) gives each
+  work-item the value of the lane of its group whose local id is its own XOR the mask.
 
 >>> from tinycore.dtype import dtypes
 >>> import numpy as np
@@ -251,11 +252,25 @@ class _Global:
     __slots__ = ("arr", "size", "arg", "kernel", "bf16", "writer", "launch")
 
     def __init__(
-        self, mem: memoryview, nd: Any, bf16: bool, declared: int, arg: int, kernel: str, track: bool, launch: Any
+        self,
+        mem: memoryview,
+        nd: Any,
+        bf16: bool,
+        declared: int,
+        arg: int,
+        kernel: str,
+        track: bool,
+        launch: Any,
+        symbolic: bool = False,
     ):
         self.bf16 = bf16
         self.arr = np.frombuffer(mem, dtype=nd) if mem.nbytes else np.zeros(0, nd)
-        self.size = len(self.arr) if declared < 0 else declared
+        if declared < 0:
+            self.size = len(self.arr)
+        elif symbolic:  # sizes follow a variable: each access is checked against the real buffer (a TinyJit
+            self.size = len(self.arr)  # capture replays with smaller and larger buffers than it saw)
+        else:
+            self.size = declared
         if self.size > len(self.arr):
             raise InterpreterError(
                 f"kernel {kernel}: buffer arg {arg} has {len(self.arr)} elements, the program declares {declared}"
@@ -524,6 +539,7 @@ class _Launch:
             lanes = np.random.default_rng(seed).permutation(self.L)
         self.group = np.repeat(np.arange(self.G, dtype=np.int64), self.L)
         self.lid = np.tile(lanes, self.G)
+        self.lane_position = np.argsort(lanes)  # local id -> its position among the work-items of a group
         self.wid = self.group * self.L + self.lid
         self._ids: dict[tuple[str, Any], Any] = {}
 
@@ -546,6 +562,19 @@ class _Launch:
             ids = ((linear // prod(dims[:dim])) % dims[dim]).astype(nd)
             self._ids[key] = ids
         return ids
+
+    def shuffle(self, value: Any, mask: int, kernel: str) -> Any:
+        """``SHUFFLE``: each work-item gets `value` of the work-item of its group whose local id is its own XOR
+        `mask` (every lane takes part; the partner must exist: the group size a multiple of the warp)."""
+        if np.ndim(value) == 0 or np.shape(value)[-1] == 1:
+            return value  # uniform over the launch
+        partner = self.lid ^ mask
+        if (partner >= self.L).any():
+            raise InterpreterError(
+                f"kernel {kernel}: SHUFFLE with XOR mask {mask} needs the group size {self.L} to be a multiple of "
+                f"{2 * mask}"
+            )
+        return np.take(value, self.group * self.L + self.lane_position[partner], axis=-1)
 
     def wmma(self, tc: Any, a: tuple, b: tuple, c: tuple, out_nd: Any, kernel: str) -> tuple:
         """Emulate one warp-level matrix multiply: lanes of a group in warps of `tc.threads` (by local id)."""
@@ -624,7 +653,7 @@ def _analyze(uops: list[UOp]) -> tuple[set[int], dict[int, tuple[int, int, Ops, 
         reg_access: dict[int, list[tuple[int, str]]] = {}
         for i in range(p + 1, q):
             u = uops[i]
-            if u.op in (Ops.BARRIER, Ops.WMMA, Ops.CUSTOM) or (u.op is Ops.RANGE and i not in vec):
+            if u.op in (Ops.BARRIER, Ops.WMMA, Ops.SHUFFLE, Ops.CUSTOM) or (u.op is Ops.RANGE and i not in vec):
                 ok = False
                 break
             b = base(i)
@@ -924,6 +953,11 @@ class Interpreter:
                     if len(lanes) == 1
                     else f"{vn[i]} = ({', '.join(f'{s[0]}[{k}]' for k in lanes)},)"
                 )
+            elif op is Ops.SHUFFLE:
+                if dt.count > 1:
+                    emit(f"{vn[i]} = tuple(_X.shuffle(_x, {int(u.arg)}, _K) for _x in {s[0]})")
+                else:
+                    emit(f"{vn[i]} = _X.shuffle({s[0]}, {int(u.arg)}, _K)")
             elif op is Ops.WMMA:
                 tcs[i] = self._find_tc(u.arg)
                 ns[f"_tc{i}"], ns[f"_n{i}"] = tcs[i], _np_value_dtype(dt)
@@ -973,7 +1007,7 @@ class Interpreter:
             raise InterpreterError(f"kernel {self.name}: uses {self._nglob} buffer args but {len(bufs)} were given")
         tracked = []
         for arg, nd, bf16, declared, track in self.buffers:
-            glob[arg] = g = _Global(bufs[arg], nd, bf16, declared, arg, self.name, track, launch)
+            glob[arg] = g = _Global(bufs[arg], nd, bf16, declared, arg, self.name, track, launch, bool(self.vars))
             if track:
                 tracked.append(g)
         launch.globals = tracked
