@@ -32,6 +32,7 @@ RENDERER_ATTRIBUTES = (
     "global_max",
     "local_max",
     "shared_max",
+    "warp_size",
     "tensor_cores",
     "native_ops",
     "supported_dtypes",

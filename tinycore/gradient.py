@@ -125,6 +125,13 @@ def _multi_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     return multi_source_grads(ctx, ret)
 
 
+def _cos(x: UOp) -> UOp:
+    """cos(x) as ``1 - 2 sin(x/2)^2``: exact argument halving, so it stays accurate where ``sin(pi/2 - x)`` loses
+    ``pi/2`` to rounding (|x| of 1e4: 1e-4 off; 1e38: any value)."""
+    s = x.alu(Ops.MUL, full_like(x, 0.5)).alu(Ops.SIN)
+    return full_like(x, 1.0).alu(Ops.SUB, s.alu(Ops.MUL, s).alu(Ops.MUL, full_like(x, 2.0)))
+
+
 def _ln2(x: UOp) -> UOp:
     return full_like(x, math.log(2))
 
@@ -155,10 +162,7 @@ pm_gradient = PatternMatcher(
             UPat(Ops.LOG2, name="ret"),
             lambda ctx, ret: (ctx.alu(Ops.FDIV, ret.src[0].alu(Ops.MUL, _ln2(ret))),),
         ),
-        (
-            UPat(Ops.SIN, name="ret"),
-            lambda ctx, ret: (ctx.alu(Ops.MUL, full_like(ret, math.pi / 2).alu(Ops.SUB, ret.src[0]).alu(Ops.SIN)),),
-        ),
+        (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (ctx.alu(Ops.MUL, _cos(ret.src[0])),)),
         (
             UPat(Ops.SQRT, name="ret"),
             lambda ctx, ret: (ctx.alu(Ops.FDIV, ret.alu(Ops.MUL, full_like(ret, 2.0))),),

@@ -643,7 +643,8 @@ class Tensor(
             self.uop = _from_numpy(arr, dev, dtypes.uint8)
             if dt is not None and dt != dtypes.uint8:
                 self.uop = self.uop.cast(dt)
-        elif "numpy" in sys.modules and isinstance(data, sys.modules["numpy"].ndarray):
+        elif "numpy" in sys.modules and isinstance(data, (sys.modules["numpy"].ndarray, sys.modules["numpy"].generic)):
+            data = sys.modules["numpy"].asarray(data)  # a numpy scalar (np.float32(2.5)) is a 0-d array, as in torch
             dt = dt or dtypes.from_np(data.dtype)
             self.uop = _from_numpy(data, dev, dt)
         elif hasattr(data, "__dlpack__") or _is_torch_tensor(data):  # torch, jax, cupy...: through numpy (a copy)
@@ -1444,8 +1445,10 @@ class Tensor(
         return self._float_unop(Ops.RECIP)
 
     def relu(self) -> Tensor:
-        """max(x, 0)."""
-        return self.maximum(0)
+        """max(x, 0), with torch's gradient: 0 at 0 (not the 1/2 of a tie in `maximum`), 1 for NaN."""
+        if not dtypes.is_float(self.dtype):
+            return self.maximum(0)
+        return (self <= 0).where(0.0, self)
 
     def abs(self) -> Tensor:
         """Absolute value (+0.0 for -0.0, like torch; the gradient at 0 is 0)."""
@@ -1583,7 +1586,8 @@ class Tensor(
         if axis is None:
             return tuple(range(self.ndim))
         axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-        return tuple(sorted({self._axis(a) for a in axes}))
+        checked = tuple(sorted({self._axis(a) for a in axes}))
+        return () if self.ndim == 0 else checked  # a 0-d tensor takes dim 0 or -1, as in torch: nothing to reduce
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = self._reduce_axes(axis)

@@ -191,6 +191,7 @@ class _FinalCtx:
     next_local: int = 0
     next_axis: int = 0
     shared_max: int = 0
+    warp_size: int = 0
     local_rngs: list[UOp] = field(default_factory=list)
     scope_cache: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
 
@@ -612,7 +613,11 @@ class Kernel:
                     if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP
                 },
             )
-        ctx = _FinalCtx(next_axis=self._next_axis, shared_max=ren.shared_max if ren is not None else 0)
+        ctx = _FinalCtx(
+            next_axis=self._next_axis,
+            shared_max=ren.shared_max if ren is not None else 0,
+            warp_size=ren.warp_size if ren is not None else 0,
+        )
         sink = _group_reduces(sink, ctx)
         all_rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=range_key)
         globals_ = [r for r in all_rngs if r.arg[1] is AxisType.GLOBAL]
@@ -811,10 +816,12 @@ def _group_reduce(ctx: _FinalCtx, red: UOp) -> UOp | None:
         "GROUP of a reduce nested inside a loop is not supported",
     )
     lanes = red.dtype.count
+    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *others), red.arg) if others else red.src[0]
+    if (warps := _whole_warps(ctx, grs)) is not None:
+        return _warp_group_reduce(ctx, red, grs, partial, warps)
     n_slots = prod(_size(r) for r in ctx.local_rngs) * lanes
     nbytes = n_slots * red.dtype.scalar().itemsize
     _check(nbytes <= ctx.shared_max, f"group reduce needs {nbytes} bytes of shared memory, over {ctx.shared_max}")
-    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0], *others), red.arg) if others else red.src[0]
     lbuf = UOp(Ops.DEFINE_LOCAL, red.dtype.scalar().ptr(n_slots, AddrSpace.LOCAL), (), ctx.next_local)
     ctx.next_local += 1
     store = lbuf.index(_linear(ctx.local_rngs) * lanes).store(partial)
@@ -825,12 +832,67 @@ def _group_reduce(ctx: _FinalCtx, red: UOp) -> UOp | None:
     return UOp(Ops.REDUCE, red.dtype, (value, *new.values()), red.arg)
 
 
+def _whole_warps(ctx: _FinalCtx, grs: list[UOp]) -> list[UOp] | None:
+    """The innermost local ranges when they are GROUP_REDUCE ranges of this reduce (`grs`) whose lanes fill whole
+    warps of ``ctx.warp_size`` (consecutive thread ids: each warp then holds lanes of one group only); None when
+    the renderer has no warp shuffles or the ranges don't fill whole warps."""
+    w = ctx.warp_size
+    if w < 2 or w & (w - 1) or not all(isinstance(_size(r), int) for r in ctx.local_rngs):
+        return None
+    inner: list[UOp] = []
+    lanes = 1
+    for r in reversed(ctx.local_rngs):
+        if lanes % w == 0 or r not in grs:
+            break
+        inner.insert(0, r)
+        lanes *= int(_size(r))
+    return inner if inner and lanes % w == 0 else None
+
+
+def _warp_group_reduce(ctx: _FinalCtx, red: UOp, grs: list[UOp], partial: UOp, inner: list[UOp]) -> UOp:
+    """A grouped reduce whose `inner` local ranges fill whole warps: each warp first reduces by XOR shuffles
+    (``Ops.SHUFFLE``, every lane ends with its warp's result); when one warp is the whole group that is the result,
+    else lane 0 of each warp writes one partial to shared memory and, after a barrier, every lane reduces its
+    group's warp partials."""
+    w = ctx.warp_size
+    mask = w // 2
+    while mask:
+        partial = UOp(red.arg, partial.dtype, (partial, UOp(Ops.SHUFFLE, partial.dtype, (partial,), mask)))
+        mask //= 2
+    per_group = prod(int(_size(r)) for r in inner) // w  # warps of one group along the inner ranges
+    rest = [r for r in grs if r not in inner]  # group lanes outside the warps
+    if per_group == 1 and not rest:
+        return partial
+    lanes = red.dtype.count
+    outer = [r for r in ctx.local_rngs if r not in inner]
+    n_slots = prod(_size(r) for r in outer) * per_group * lanes
+    nbytes = n_slots * red.dtype.scalar().itemsize
+    _check(nbytes <= ctx.shared_max, f"group reduce needs {nbytes} bytes of shared memory, over {ctx.shared_max}")
+    lbuf = UOp(Ops.DEFINE_LOCAL, red.dtype.scalar().ptr(n_slots, AddrSpace.LOCAL), (), ctx.next_local)
+    ctx.next_local += 1
+    lane = _linear(inner)
+    slot = _linear(outer) * per_group + lane // w
+    store = lbuf.index(slot * lanes, (lane % w).eq(0)).store(partial)
+    barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+    new = {r: UOp.range(_size(r), ctx.next_axis + i, AxisType.REDUCE) for i, r in enumerate(rest)}
+    ctx.next_axis += len(rest)
+    read = _linear([new.get(r, r) for r in outer]) * per_group
+    ranges = list(new.values())
+    if per_group > 1:
+        ranges.append(UOp.range(per_group, ctx.next_axis, AxisType.REDUCE))
+        ctx.next_axis += 1
+        read = read + ranges[-1]
+    value = lbuf.after(barrier).index(read * lanes).load(dtype=red.dtype)
+    return UOp(Ops.REDUCE, red.dtype, (value, *ranges), red.arg)
+
+
 pm_group_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), _group_reduce)], name="group_reduce")
 
 
 def _group_reduces(sink: UOp, ctx: _FinalCtx) -> UOp:
     """REDUCEs over GROUP_REDUCE ranges: per-lane partial reduce -> shared memory -> BARRIER -> serial reduce of
-    the group's partials; stores that don't depend on the group lanes are gated to lane 0."""
+    the group's partials (with `Renderer.warp_size`, lanes filling whole warps shuffle within each warp first and
+    shared memory holds one partial per warp); stores that don't depend on the group lanes are gated to lane 0."""
     ctx.local_rngs = sorted(
         (u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in _LOCAL_SET),
         key=range_key,

@@ -150,6 +150,11 @@ class ElementwiseMixin:
     def _to_float(self: Tensor) -> Tensor:  # type: ignore[misc]
         return self.cast(least_upper_float(self.dtype))
 
+    def _odd_abs(self: Tensor) -> Tensor:  # type: ignore[misc]
+        """|x| for odd functions written ``sign(x) * g(|x|)``: its gradient is -1 below 0 and +1 from 0 up (abs's is 0
+        at 0), so their gradient at 0 is g'(0), as torch's is (atan, erf, asinh). -0.0 stays -0.0."""
+        return (self < 0).where(-self, self)
+
     def _neg_abs(self: Tensor) -> Tensor:  # type: ignore[misc]
         """-|x| whose derivative at 0 is that of the x >= 0 side (-1), so one-sided formulas keep their gradient."""
         return (self >= 0).where(-self, self)
@@ -187,8 +192,10 @@ class ElementwiseMixin:
     # ----- trigonometry
 
     def cos(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """Cosine (as sin(pi/2 - x))."""
-        return (math.pi / 2 - self._to_float()).sin()
+        """Cosine as ``1 - 2 sin(x/2)^2``: halving is exact, so it stays within ~1e-7 of torch for every float32
+        (``sin(pi/2 - x)`` loses pi/2 to rounding: 1e-4 off at 1e4, anything at 1e38)."""
+        s = (self._to_float() * 0.5).sin()
+        return 1 - 2 * s * s
 
     def tan(self: Tensor) -> Tensor:  # type: ignore[misc]
         """Tangent (sin / cos)."""
@@ -197,23 +204,20 @@ class ElementwiseMixin:
     def atan(self: Tensor) -> Tensor:  # type: ignore[misc]
         """Arc tangent: range reduction to ``|x| <= tan(pi/8)`` and a degree-11 odd polynomial (error < 1e-7)."""
         x = self._to_float()
-        a = x.abs()
+        a = x._odd_abs()
         big = a > 2.414213562373095  # tan(3pi/8): atan(a) = pi/2 - atan(1/a)
         mid = (a > 0.41421356237309503) & big.logical_not()  # atan(a) = pi/4 + atan((a-1)/(a+1))
-        safe_big = big.where(a, 1.0)
-        r = big.where(-safe_big.reciprocal(), mid.where((a - 1) / (a + 1), a))
+        safe_big, safe_mid = big.where(a, 1.0), mid.where(a, 1.0)  # (no inf/inf in a branch not taken)
+        r = big.where(-safe_big.reciprocal(), mid.where((safe_mid - 1) / (safe_mid + 1), a))
         base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
         y = base + r * _poly(r * r, _ATAN_COEFFS)
         return (x < 0).where(-y, y)
 
     def asin(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """Arc sine: ``atan(x / sqrt(1 - x*x))`` (NaN outside [-1, 1])."""
+        """Arc sine: ``2 * atan(x / (1 + sqrt(1 - x*x)))``: exact at +-1 (its gradient there is inf, as torch's),
+        NaN outside [-1, 1] with a NaN gradient, and no cancellation near +-1 (the square root is added to 1)."""
         x = self._to_float()
-        inside = x.abs() < 1
-        safe = inside.where(x, 0.0)
-        core = (safe / (1 - safe * safe).sqrt()).atan()
-        edge = (x.abs() == 1).where(x * (math.pi / 2), math.nan)
-        return inside.where(core, edge)
+        return (x / ((1 - x * x).sqrt() + 1)).atan() * 2
 
     def acos(self: Tensor) -> Tensor:  # type: ignore[misc]
         """Arc cosine: pi/2 - asin(x)."""
@@ -239,21 +243,29 @@ class ElementwiseMixin:
         return (x < 0).where(-y, y)
 
     def atanh(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """Inverse hyperbolic tangent: ``0.5 * log((1 + x) / (1 - x))``."""
+        """Inverse hyperbolic tangent: ``0.5 * (log(1 + x) - log(1 - x))`` (its gradient is torch's
+        ``1 / (1 - x*x)``: inf at +-1, -0 at +-inf)."""
         x = self._to_float()
-        return ((1 + x) / (1 - x)).log() * 0.5
+        return ((1 + x).log() - (1 - x).log()) * 0.5
 
     def asinh(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """Inverse hyperbolic sine: ``sign(x) * log(|x| + sqrt(x*x + 1))``."""
+        """Inverse hyperbolic sine: ``sign(x) * log(|x| + sqrt(x*x + 1))``; ``log(|x|) + log(2)`` beyond 1e18, where
+        ``x*x`` would overflow."""
         x = self._to_float()
-        a = x.abs()
-        y = (a + (a * a + 1).sqrt()).log()
+        a = x._odd_abs()
+        big = a > 1e18
+        safe, large = big.where(1.0, a), big.where(a, 1.0)  # (each branch finite where it is not taken)
+        y = big.where(large.log() + math.log(2), (safe + (safe * safe + 1).sqrt()).log())
         return (x < 0).where(-y, y)
 
     def acosh(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """Inverse hyperbolic cosine: ``log(x + sqrt(x*x - 1))`` (NaN below 1)."""
+        """Inverse hyperbolic cosine: ``log(x + sqrt(x*x - 1))`` (NaN below 1); ``log(x) + log(2)`` beyond 1e18,
+        where ``x*x`` would overflow."""
         x = self._to_float()
-        return (x + (x * x - 1).sqrt()).log()
+        huge = x.abs() > 1e18
+        safe, large = huge.where(2.0, x), (huge & (x > 0)).where(x, 2.0)  # (finite where not taken)
+        y = (safe + (safe * safe - 1).sqrt()).log()
+        return huge.where((x > 0).where(large.log() + math.log(2), math.nan), y)
 
     # ----- erf
 
@@ -261,7 +273,7 @@ class ElementwiseMixin:
         """Error function: an odd polynomial for ``|x| <= 1``, ``1 - exp(-x*x) * R(1 / (1 + |x|/2))`` up to 4,
         1 beyond (fits made for this project, error < 2e-7)."""
         x = self._to_float()
-        a = x.abs()
+        a = x._odd_abs()
         small = a <= 1
         s = small.where(a, 0.0)
         lo = s * _poly(s * s, _ERF_SMALL)
@@ -269,7 +281,8 @@ class ElementwiseMixin:
         t = (b * 0.5 + 1).reciprocal()
         hi = 1 - (-(b * b)).exp() * _poly(t, _ERFC_BIG)
         y = small.where(lo, (a > 4).where(1.0, hi))
-        y = (x != x).where(x, y)
+        nan = (x != x).where(x, 0.0)
+        y = (x != x).where(nan * nan, y)  # NaN, with a NaN gradient like torch's
         return (x < 0).where(-y, y)
 
     # ----- sign and rounding
@@ -377,8 +390,9 @@ class ElementwiseMixin:
 
     def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:  # type: ignore[misc]
         """``self ** x`` with PyTorch semantics: integer tensors stay integers, a negative base with an integer-valued
-        exponent keeps its sign (``(-2) ** 3 == -8``), a negative base with a fractional exponent is NaN, and
-        ``0 ** 0 == 1``.
+        exponent keeps its sign (``(-2) ** 3 == -8``, ``(-0.0) ** -1 == -inf``), a negative finite base with a
+        fractional exponent is NaN, ``(-inf) ** 0.5 == inf``, ``0 ** 0 == 1`` and ``1 ** nan == 1`` (C's pow). Float
+        powers are ``exp2(x * log2|self|)``: a result in the last octave below the float32 maximum may round to inf.
 
         >>> (Tensor([-2.0, 3.0]) ** 2).tolist()  # doctest: +SKIP
         [4.0, 9.0]
@@ -402,11 +416,15 @@ class ElementwiseMixin:
                 a, b = a.cast(dtypes.uint8), b.cast(dtypes.uint8)
             return _int_tensor_power(a, b)
         assert isinstance(a, T)
-        mag = (b * a.abs().log2()).exp2()
+        lg = a.abs().log2()
+        # C's pow (torch's): |a| == 1 to an infinite or NaN power is 1, not the NaN of 0 * inf
+        mag = ((lg == 0) & (b * 0 != 0)).where(0.0, b * lg).exp2()
         is_int = b.trunc() == b
         odd = is_int & ((b * 0.5).trunc() != b * 0.5)
         neg = a < 0
-        out = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+        negative_sign = neg | ((a == 0) & (a.reciprocal() < 0))  # -0.0 keeps its sign under an odd power
+        fractional = neg & is_int.logical_not() & (a != -math.inf)  # a finite negative base: no real power
+        out = fractional.where(math.nan, (negative_sign & odd).where(-mag, mag))
         return (b == 0).where(1.0, out)
 
     def __pow__(self: Tensor, x: Any) -> Tensor:  # type: ignore[misc]
@@ -520,7 +538,8 @@ class ElementwiseMixin:
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:  # type: ignore[misc]
         """x for x > 0, else alpha * (exp(x) - 1)."""
         x = self._to_float()
-        return (x > 0).where(x, alpha * (x > 0).where(0.0, x)._expm1())
+        neg = x <= 0  # (not x > 0: NaN takes the identity branch, so its gradient is 1 as torch's is)
+        return neg.where(alpha * neg.where(x, 0.0)._expm1(), x)
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:  # type: ignore[misc]
         """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""

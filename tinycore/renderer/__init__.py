@@ -174,6 +174,10 @@ class Renderer:
       being the alt value's lane, nor written) or by one scalar gate; `has_local`: work-groups and local ids exist;
       `has_shared`: work-group shared memory exists; `global_max`/`local_max`: per-axis launch limits (None: no
       such axes), `shared_max`: bytes of shared memory per group;
+    - `warp_size`: lanes of one SIMD warp when the device has cross-lane XOR shuffles (``Ops.SHUFFLE``), 0 when
+      not: a grouped reduce whose innermost local axes are GROUP_REDUCE lanes filling whole warps then reduces
+      within each warp by shuffles first, so shared memory holds one partial per warp (none when one warp is the
+      whole group); the PYTHON interpreter runs ``Ops.SHUFFLE`` too;
     - `tensor_cores`: the WMMA instructions it can render; `native_ops`: names of `Ops` it renders directly (for
       example ``"MULACC"``, ``"EXP2"``); core decomposes every other op before rendering;
     - `supported_dtypes`: scalar dtypes it can load, store and compute in;
@@ -216,6 +220,7 @@ class Renderer:
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     shared_max: int = 32768
+    warp_size: int = 0
     tensor_cores: list[TensorCore] = []  # read-only default: subclasses assign their own
     native_ops: frozenset[str] = frozenset()
     supported_dtypes: frozenset[DType] = frozenset(ALL_SCALARS)

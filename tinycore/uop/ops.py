@@ -198,6 +198,7 @@ class Ops(_FastEnum):
     UNROLL = auto()  # src = (vector,), arg = ((axis, size), ...): value that varies over upcast axes
     CONTRACT = auto()  # src = (x,), arg = ((axis, size), ...): gather the upcast axes into a vector
     WMMA = auto()  # src = (a, b, c), arg = tensor core description tuple; a @ b + c per warp
+    SHUFFLE = auto()  # src = (x,), arg = int m: x of the lane whose id in the warp is this lane's XOR m
 
     # --- elementwise (every stage)
     CAST = auto()  # src = (x,): value conversion (C semantics, float->int truncates)

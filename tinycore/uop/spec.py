@@ -98,6 +98,7 @@ KERNEL_OPS: frozenset[Ops] = (
         Ops.UNROLL,
         Ops.CONTRACT,
         Ops.WMMA,
+        Ops.SHUFFLE,
         Ops.IOTA,
     }
 )
@@ -439,6 +440,9 @@ def _check(u: UOp) -> str | None:  # noqa: C901 (one branch per op is the cleare
         return None
     if op is Ops.WMMA:
         return None if len(u.src) == 3 and isinstance(u.arg, tuple) else "WMMA takes (a, b, c) and a tuple arg"
+    if op is Ops.SHUFFLE:
+        ok = len(u.src) == 1 and u.dtype == u.src[0].dtype and isinstance(u.arg, int) and u.arg > 0
+        return None if ok else f"SHUFFLE takes one source of its dtype and a positive int XOR mask, got {u.arg!r}"
     if op is Ops.AFTER:
         return None if u.src and u.dtype == u.src[0].dtype else "AFTER takes (value, *deps) with the value's dtype"
     if op is Ops.CUSTOM:

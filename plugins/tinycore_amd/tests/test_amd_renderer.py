@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tinycore_amd", reason="tinycore-amd is not installed (pip install -e plugins/tinycore_amd)")
-from tinycore_amd.renderer import HIP_C, AMDRenderer  # noqa: E402
+from tinycore_amd.renderer import CDNA_TENSOR_CORES, HIP_C, AMDRenderer  # noqa: E402
 
 from tinycore.testkit.kernels import render_cases  # noqa: E402
 
@@ -34,7 +34,8 @@ def body(src: str) -> str:
 def test_renderer_attributes():
     r = AMDRenderer(ARCH)
     assert (r.device, r.arch, r.dialect) == ("AMD", ARCH, HIP_C)
-    assert r.has_local and r.has_shared and r.shared_max == 65536 and r.tensor_cores == []
+    assert r.has_local and r.has_shared and r.shared_max == 65536
+    assert r.tensor_cores == CDNA_TENSOR_CORES and AMDRenderer(None).tensor_cores == []  # MFMA: per arch
     assert r.native_ops == {"SQRT", "TRUNC", "MULACC"}  # EXP2/LOG2/SIN: decomposed (no device libraries)
 
 

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tinycore.sdk import DeviceError
@@ -19,6 +20,38 @@ from tinycore.sdk import DeviceError
 DISTRIBUTION = "tinycore-amd"
 OUT_OF_MEMORY, NO_DEVICE = 2, 100  # hipErrorOutOfMemory, hipErrorNoDevice
 ARG_TYPES = {"buffer": ctypes.c_void_p, "int": ctypes.c_int, "long": ctypes.c_longlong}
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel launch as a graph node holds it: the function, grid and block dims, and the arguments (pointers
+    and integers) with their kinds (``"buffer"``, ``"int"``, ``"long"``)."""
+
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple[int, ...]
+    kinds: tuple[str, ...]
+
+
+class Dim3(ctypes.Structure):
+    """HIP's ``dim3``: three unsigned ints."""
+
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class KernelNodeParams(ctypes.Structure):
+    """``hipKernelNodeParams`` as ROCm's ``hip_runtime_api.h`` lays it out (its fields in alphabetical order, unlike
+    CUDA's ``cudaKernelNodeParams``): blockDim, extra, func, gridDim, kernelParams, sharedMemBytes."""
+
+    _fields_ = [
+        ("blockDim", Dim3),
+        ("extra", ctypes.c_void_p),
+        ("func", ctypes.c_void_p),
+        ("gridDim", Dim3),
+        ("kernelParams", ctypes.c_void_p),
+        ("sharedMemBytes", ctypes.c_uint),
+    ]
 
 
 class HIPError(DeviceError):
@@ -91,6 +124,35 @@ class HIPApi:
         """Wait for all queued work of the current GPU."""
         raise NotImplementedError
 
+    # ----- graphs: a `tinycore_amd.graph.HIPGraph` builds one per TinyJit capture
+    def graph_create(self) -> Any:
+        """A new, empty HIP graph."""
+        raise NotImplementedError
+
+    def graph_add_kernel_node(self, graph: Any, after: Sequence[Any], launch: KernelLaunch) -> Any:
+        """Add a kernel node doing `launch`, run after the nodes `after` (none: a root node); the node."""
+        raise NotImplementedError
+
+    def graph_instantiate(self, graph: Any) -> Any:
+        """The executable graph of `graph`."""
+        raise NotImplementedError
+
+    def graph_exec_set_kernel_params(self, graph_exec: Any, node: Any, launch: KernelLaunch) -> None:
+        """Patch kernel node `node` of the executable graph in place (new arguments or dims; same function)."""
+        raise NotImplementedError
+
+    def graph_launch(self, graph_exec: Any) -> None:
+        """Queue the executable graph on the null stream."""
+        raise NotImplementedError
+
+    def timed_graph_launch(self, graph_exec: Any) -> float:
+        """Launch the executable graph between two events and wait; the seconds between them."""
+        raise NotImplementedError
+
+    def graph_destroy(self, graph: Any, graph_exec: Any) -> None:
+        """Free an executable graph and its graph."""
+        raise NotImplementedError
+
 
 def find_runtime() -> str | None:
     """The path of ``libamdhip64`` (``HIP_LIBRARY`` if set, else the loader's search and ``/opt/rocm/lib``), or None."""
@@ -114,6 +176,24 @@ class CtypesHIP(HIPApi):
         self.lib, self.device = ctypes.CDLL(path), device
         self.lib.hipGetErrorName.restype = ctypes.c_char_p
         self.lib.hipModuleLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        handle, out = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+        params = ctypes.POINTER(KernelNodeParams)
+        signatures = {  # from ROCm's hip_runtime_api.h; every one returns hipError_t
+            "hipGraphCreate": [out, ctypes.c_uint],
+            "hipGraphAddKernelNode": [out, handle, out, ctypes.c_size_t, params],
+            "hipGraphInstantiate": [out, handle, out, ctypes.c_char_p, ctypes.c_size_t],
+            "hipGraphExecKernelNodeSetParams": [handle, handle, params],
+            "hipGraphLaunch": [handle, handle],
+            "hipGraphExecDestroy": [handle],
+            "hipGraphDestroy": [handle],
+        }
+        self._graph_missing = [name for name in signatures if not hasattr(self.lib, name)]  # none since ROCm 5.3
+        for name, argtypes in signatures.items() if not self._graph_missing else ():
+            getattr(self.lib, name).argtypes = argtypes
+            getattr(self.lib, name).restype = ctypes.c_int
+        # each node's argument storage, alive until its graph is destroyed (HIP copies it; kept to be safe)
+        self._node_args: dict[int, Any] = {}
+        self._graph_nodes: dict[int, list[int]] = {}
 
     def _check(self, call: str, err: int) -> None:
         if err == OUT_OF_MEMORY and call == "hipMalloc":
@@ -202,11 +282,14 @@ class CtypesHIP(HIPApi):
 
     def timed_launch(self, function: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[int],
                      kinds: Sequence[str]) -> float:  # fmt: skip
+        return self._timed(lambda: self.launch(function, grid, block, args, kinds))
+
+    def _timed(self, launch: Any) -> float:
         start, end = ctypes.c_void_p(), ctypes.c_void_p()
         self._call("hipEventCreate", ctypes.byref(start))
         self._call("hipEventCreate", ctypes.byref(end))
         self._call("hipEventRecord", start, None)
-        self.launch(function, grid, block, args, kinds)
+        launch()
         self._call("hipEventRecord", end, None)
         self._call("hipEventSynchronize", end)
         milliseconds = ctypes.c_float()
@@ -217,3 +300,53 @@ class CtypesHIP(HIPApi):
 
     def synchronize(self) -> None:
         self._call("hipDeviceSynchronize")
+
+    def _node_params(self, launch: KernelLaunch) -> tuple[KernelNodeParams, Any]:
+        pointers, values = self._params(launch.args, launch.kinds)
+        params = KernelNodeParams(blockDim=Dim3(*launch.block), gridDim=Dim3(*launch.grid), sharedMemBytes=0)
+        function = launch.function
+        params.func = function.value if isinstance(function, ctypes.c_void_p) else function
+        params.kernelParams, params.extra = ctypes.addressof(pointers), None
+        return params, (pointers, values)
+
+    def graph_create(self) -> Any:
+        if self._graph_missing:
+            missing = ", ".join(self._graph_missing)
+            fix = "install ROCm 5.3 or newer, or set JIT_BATCH_SIZE=0 (TinyJit without graphs)"
+            raise HIPError(f"this HIP runtime has no HIP graphs: {missing} missing", device=self.device,
+                           distribution=DISTRIBUTION, fix=fix)  # fmt: skip
+        graph = ctypes.c_void_p()
+        self._call("hipGraphCreate", ctypes.byref(graph), 0)
+        return graph
+
+    def graph_add_kernel_node(self, graph: Any, after: Sequence[Any], launch: KernelLaunch) -> Any:
+        params, keep = self._node_params(launch)
+        deps = (ctypes.c_void_p * max(1, len(after)))(*(d.value for d in after))
+        node = ctypes.c_void_p()
+        self._call("hipGraphAddKernelNode", ctypes.byref(node), graph, deps if after else None, len(after),
+                   ctypes.byref(params))  # fmt: skip
+        self._node_args[int(node.value or 0)] = keep
+        self._graph_nodes.setdefault(int(graph.value or 0), []).append(int(node.value or 0))
+        return node
+
+    def graph_instantiate(self, graph: Any) -> Any:
+        graph_exec = ctypes.c_void_p()
+        self._call("hipGraphInstantiate", ctypes.byref(graph_exec), graph, None, None, 0)
+        return graph_exec
+
+    def graph_exec_set_kernel_params(self, graph_exec: Any, node: Any, launch: KernelLaunch) -> None:
+        params, keep = self._node_params(launch)
+        self._call("hipGraphExecKernelNodeSetParams", graph_exec, node, ctypes.byref(params))
+        self._node_args[int(node.value or 0)] = keep
+
+    def graph_launch(self, graph_exec: Any) -> None:
+        self._call("hipGraphLaunch", graph_exec, None)
+
+    def timed_graph_launch(self, graph_exec: Any) -> float:
+        return self._timed(lambda: self.graph_launch(graph_exec))
+
+    def graph_destroy(self, graph: Any, graph_exec: Any) -> None:
+        self._call("hipGraphExecDestroy", graph_exec)
+        self._call("hipGraphDestroy", graph)
+        for node in self._graph_nodes.pop(int(graph.value or 0), []):
+            self._node_args.pop(node, None)

@@ -99,12 +99,12 @@ def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Comp
 
 @hookimpl
 def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
-    """Every scalar dtype, work-groups with LDS, several GPUs with copies between them and views."""
+    """Every scalar dtype, work-groups with LDS, HIP graphs, several GPUs with copies between them and views."""
     if not _is_amd(name):
         return None
     return DeviceCapabilities(
         dtypes=frozenset(ALL_SCALARS),
-        features=frozenset({"local", "shared", "float4", "multi_device", "transfer", "views"}),
+        features=frozenset({"local", "shared", "float4", "graph", "multi_device", "transfer", "views"}),
         limits={"shared_max": 65536, "local_max0": 1024, "local_max1": 1024, "local_max2": 1024},
     )
 

@@ -14,11 +14,17 @@ reference device): clang 15 has no ``__bf16`` on AMDGPU. ``EXP2``, ``LOG2`` and 
 backend can't lower their float64 builtins without the device libraries ("unsupported libcall legalization"), and
 ``sin`` lowers to the hardware's approximate instruction. The prelude turns off floating-point contraction (HIP's
 default contracts ``a*b+c``).
+
+Tensor cores, per arch (`tensor_cores_for`), declared to core with their lane layouts so that the PYTHON device
+emulates the very kernels written here: 16x16x16 fp16/bf16 in, fp32 accumulate, as WMMA on RDNA3 (``gfx11*``,
+wave32, ``__builtin_amdgcn_wmma_f32_16x16x16_{f16,bf16}_w32``) and MFMA on CDNA2/3 (``gfx90a``, ``gfx94*``, wave64,
+``__builtin_amdgcn_mfma_f32_16x16x16f16`` / ``..._16x16x16bf16_1k``). RDNA4 (``gfx12*``) has another WMMA layout and
+declares none yet.
 """
 
 from __future__ import annotations
 
-from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, dtypes
+from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, KernelWriter, TensorCore, UOp, dtypes
 
 # helpers every kernel may use; guarded, so the sources of several kernels can share one translation unit
 HIP_PRELUDE = """\
@@ -75,7 +81,98 @@ HIP_C = CDialect(
         "MULACC": "__builtin_fma({0}, {1}, {2})",
     },
     bitcast="tc_bitcast<{type}, {src}>({x})",
+    wmma=lambda ctx, x, a, b, c: render_matrix_op(ctx, x, a, b, c),
 )
+
+
+# RDNA3 (gfx11) v_wmma_f32_16x16x16_{f16,bf16} in wave32, the layouts of AMD's RDNA3 ISA guide and its WMMA notes:
+# lane l holds row l % 16 of A and column l % 16 of B, all 16 K values each (lanes 16-31 hold copies of lanes 0-15),
+# and 8 floats of C/D: element i is row 2 * i + l // 16, column l % 16.
+def _wmma_a(lane: int, i: int) -> tuple[int, int]:  # A is 16 x 16 (rows m, cols k)
+    return lane % 16, i
+
+
+def _wmma_b(lane: int, i: int) -> tuple[int, int]:  # B is 16 x 16 (rows k, cols n)
+    return i, lane % 16
+
+
+def _wmma_c(lane: int, i: int) -> tuple[int, int]:  # C and D are 16 x 16 (rows m, cols n)
+    return 2 * i + lane // 16, lane % 16
+
+
+# CDNA (gfx90a, gfx94x) v_mfma_f32_16x16x16{f16,bf16_1k} in wave64, the layouts of AMD's matrix instruction
+# calculator: lane l holds A[l % 16][4 * (l // 16) + i], B[4 * (l // 16) + i][l % 16] and D[4 * (l // 16) + i][l % 16]
+# for i in 0..3 (no copies).
+def _mfma_a(lane: int, i: int) -> tuple[int, int]:
+    return lane % 16, 4 * (lane // 16) + i
+
+
+def _mfma_b(lane: int, i: int) -> tuple[int, int]:
+    return 4 * (lane // 16) + i, lane % 16
+
+
+def _mfma_c(lane: int, i: int) -> tuple[int, int]:
+    return 4 * (lane // 16) + i, lane % 16
+
+
+_HALVES = (dtypes.float16, dtypes.bfloat16)
+RDNA3_TENSOR_CORES = [
+    TensorCore.from_maps((16, 16, 16), 32, din, dtypes.float32, a=_wmma_a, b=_wmma_b, c=_wmma_c, replication=(2, 2))
+    for din in _HALVES
+]
+CDNA_TENSOR_CORES = [
+    TensorCore.from_maps((16, 16, 16), 64, din, dtypes.float32, a=_mfma_a, b=_mfma_b, c=_mfma_c) for din in _HALVES
+]
+# (builtin, lanes of A/B, lanes of C/D, extra arguments) per (wave size, input dtype); bf16 goes in as raw shorts
+_MATRIX_BUILTINS = {
+    (32, dtypes.float16): ("__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", 16, 8, ""),
+    (32, dtypes.bfloat16): ("__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", 16, 8, ""),
+    (64, dtypes.float16): ("__builtin_amdgcn_mfma_f32_16x16x16f16", 4, 4, ", 0, 0, 0"),
+    (64, dtypes.bfloat16): ("__builtin_amdgcn_mfma_f32_16x16x16bf16_1k", 4, 4, ", 0, 0, 0"),
+}
+
+
+def tensor_cores_for(arch: str | None) -> list[TensorCore]:
+    """The tensor cores `arch` has and this renderer writes: WMMA on RDNA3 (``gfx11*``), MFMA on CDNA2/3 (``gfx90a``,
+    ``gfx94*``); none for other archs (RDNA4's WMMA has another layout, not declared yet) or an unknown one (None).
+
+    >>> len(tensor_cores_for("gfx1100")), tensor_cores_for("gfx942")[0].threads, tensor_cores_for("gfx1030")
+    (2, 64, [])
+    """
+    if arch is None:
+        return []
+    if arch.startswith("gfx11"):
+        return RDNA3_TENSOR_CORES
+    if arch == "gfx90a" or arch.startswith("gfx94"):
+        return CDNA_TENSOR_CORES
+    return []
+
+
+def render_matrix_op(ctx: KernelWriter, x: UOp, a: list[str], b: list[str], c: list[str]) -> list[str]:
+    """One 16x16x16 matrix multiply-accumulate with fp32 accumulate: ``v_wmma_f32_16x16x16_*`` (32 lanes, RDNA3) or
+    ``v_mfma_f32_16x16x16*`` (64 lanes, CDNA), through clang's amdgcn builtins on ``ext_vector_type`` operands.
+    Returns the lanes of D as fresh float variables."""
+    din, threads = x.src[0].dtype.scalar(), x.arg[2]
+    spec = _MATRIX_BUILTINS.get((threads, din))
+    if spec is None:
+        raise ctx.fail(x, "AMD renders 16x16x16 fp16/bf16 matrix ops with fp32 accumulate in 32 or 64 lanes only")
+    builtin, count, out_count, extra = spec
+    if len(a) != count or len(b) != count or len(c) != out_count:
+        raise ctx.fail(x, f"{builtin} takes {count} lanes of A and B and {out_count} of C per lane")
+    element = "short" if din == dtypes.bfloat16 else "_Float16"
+    names = []
+    for lanes in (a, b):
+        name = ctx.fresh("mx_in")
+        values = [f"(short)({v}).bits" for v in lanes] if din == dtypes.bfloat16 else lanes
+        ctx.emit(f"tc_vec<{element}, {count}> {name} = {{{', '.join(values)}}};")
+        names.append(name)
+    acc = ctx.fresh("mx_acc")
+    ctx.emit(f"tc_vec<float, {out_count}> {acc} = {{{', '.join(c)}}};")
+    ctx.emit(f"{acc} = {builtin}({names[0]}, {names[1]}, {acc}{extra});")
+    out = [ctx.fresh("mx_d") for _ in range(out_count)]
+    for i, d in enumerate(out):
+        ctx.emit(f"float {d} = {acc}[{i}];")
+    return out
 
 
 class AMDRenderer(CStyleRenderer):
@@ -91,9 +188,10 @@ class AMDRenderer(CStyleRenderer):
     global_max = (2**31 - 1, 65535, 65535)
     local_max = (1024, 1024, 1024)
     shared_max = 65536  # LDS per work-group
-    tensor_cores = []  # WMMA/MFMA land with the AMD device
+    tensor_cores: list[TensorCore] = []  # per arch: see `tensor_cores_for`
     native_ops = frozenset({"SQRT", "TRUNC", "MULACC"})
     supported_dtypes = frozenset(ALL_SCALARS)
 
     def __init__(self, arch: str | None = None):
         self.arch = arch
+        self.tensor_cores = tensor_cores_for(arch)

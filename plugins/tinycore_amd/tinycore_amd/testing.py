@@ -1,5 +1,7 @@
 """`FakeHIP`: a `tinycore_amd.hip.HIPApi` on host memory for tests without an AMD GPU: every call is recorded in
-`calls`; launches record their function, dims and typed arguments (kernels are not executed)."""
+`calls`; launches record their function, dims and typed arguments (kernels are not executed). Graphs are recorded
+too: `graphs` holds each graph's nodes (their `KernelLaunch`) and dependencies, an executable graph its own copy of
+the nodes (patched by ``graph_exec_set_kernel_params``), and a graph launch records one launch per node, in order."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from tinycore_amd.hip import HIPApi, HIPError
+from tinycore_amd.hip import HIPApi, HIPError, KernelLaunch
 
 
 class FakeHIP(HIPApi):
@@ -22,6 +24,9 @@ class FakeHIP(HIPApi):
         self.modules: list[bytes] = []
         self.launches: list[dict[str, Any]] = []
         self.current = 0
+        self.graphs: list[dict[str, Any]] = []  # {"nodes": [KernelLaunch], "deps": [[node]]} per hipGraphCreate
+        self.execs: list[dict[str, Any]] = []  # {"graph": index, "nodes": [KernelLaunch]} per hipGraphInstantiate
+        self.destroyed: list[tuple[int, int]] = []  # (graph, exec) pairs freed
 
     def _call(self, name: str, *args: Any) -> None:
         self.calls.append((name, args))
@@ -104,3 +109,46 @@ class FakeHIP(HIPApi):
 
     def synchronize(self) -> None:
         self._call("synchronize")
+
+    # ----- graphs: handles are indices into `graphs` / `execs`, nodes are (graph, position) pairs
+    def graph_create(self) -> int:
+        self._call("graph_create")
+        self.graphs.append({"nodes": [], "deps": []})
+        return len(self.graphs) - 1
+
+    def graph_add_kernel_node(self, graph: int, after: Sequence[Any], launch: KernelLaunch) -> tuple[int, int]:
+        self._call("graph_add_kernel_node", graph, tuple(after), launch)
+        record = self.graphs[graph]
+        if any(g != graph or not 0 <= n < len(record["nodes"]) for g, n in after):
+            raise AssertionError(f"fake HIP: dependencies {after} are not nodes of graph {graph}")
+        record["nodes"].append(launch)
+        record["deps"].append(list(after))
+        return graph, len(record["nodes"]) - 1
+
+    def graph_instantiate(self, graph: int) -> int:
+        self._call("graph_instantiate", graph)
+        self.execs.append({"graph": graph, "nodes": list(self.graphs[graph]["nodes"])})
+        return len(self.execs) - 1
+
+    def graph_exec_set_kernel_params(self, graph_exec: int, node: tuple[int, int], launch: KernelLaunch) -> None:
+        self._call("graph_exec_set_kernel_params", graph_exec, node, launch)
+        record = self.execs[graph_exec]
+        if node[0] != record["graph"]:
+            raise AssertionError(f"fake HIP: node {node} is not in the graph of executable graph {graph_exec}")
+        if record["nodes"][node[1]].function != launch.function:
+            raise AssertionError("fake HIP: hipGraphExecKernelNodeSetParams can't change a node's function")
+        record["nodes"][node[1]] = launch
+
+    def graph_launch(self, graph_exec: int) -> None:
+        self._call("graph_launch", graph_exec)
+        for node in self.execs[graph_exec]["nodes"]:
+            self.launches.append(dict(function=node.function, grid=node.grid, block=node.block, args=node.args,
+                                      kinds=node.kinds, graph=graph_exec))  # fmt: skip
+
+    def timed_graph_launch(self, graph_exec: int) -> float:
+        self.graph_launch(graph_exec)
+        return 4.0e-3
+
+    def graph_destroy(self, graph: int, graph_exec: int) -> None:
+        self._call("graph_destroy", graph, graph_exec)
+        self.destroyed.append((graph, graph_exec))

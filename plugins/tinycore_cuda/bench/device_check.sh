@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA device check for a lent GPU machine (issue 20), in one run of under 5 minutes: install from wheels brought
-# along, `tinycore doctor CUDA`, the conformance kit's static and core tiers, the op-parity suites on CUDA, then
+# along, `tinycore doctor CUDA`, the conformance kit's static and core tiers, the plugin's on-GPU tests (dynamic
+# shared memory above 48 KB, warp-shuffle reduces, tensor-core matmuls checked against numpy; no spills and
+# HMMA / LDG.E.128 / SHFL.BFLY in the SASS), the op-parity suites on CUDA, then
 # bench_cuda.py beside torch on the same GPU; everything also lands in $OUT (or the folder given as $1).
 #
 # Before the run, on the development machine (the GPU machine reaches no package registry; see PLATFORMS.md):
@@ -35,6 +37,13 @@ timeout 60 python3 -m tinycore doctor CUDA 2>&1 | tee "$out/doctor.txt"
 step "conformance kit: static and core tiers on CUDA"
 timeout 120 python3 -m pytest -q -p no:cacheprovider --pyargs tinycore.testkit --tinycore-device=CUDA \
     -k "TestStatic or TestCore" 2>&1 | tail -15 | tee "$out/kit.txt"
+
+step "issue 20 on hardware: dynamic shared memory > 48 KB, warp-shuffle reduces, tensor cores, SASS"
+# the GPU tests run for real here (elsewhere they skip); the SASS checks read cuobjdump/nvdisasm from the toolkit
+PATH="$PATH:/usr/local/cuda/bin" timeout 150 python3 -m pytest -q -p no:cacheprovider -rs \
+    plugins/tinycore_cuda/tests/test_cuda_shared_memory.py plugins/tinycore_cuda/tests/test_cuda_warp_reduce.py \
+    plugins/tinycore_cuda/tests/test_cuda_tensor_cores.py plugins/tinycore_cuda/tests/test_cuda_sass.py 2>&1 \
+    | tail -25 | tee "$out/issue20.txt"
 
 step "op-parity suites on CUDA"
 TINYCORE_TEST_DEVICES=CUDA timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_ops_elementwise.py \

@@ -55,8 +55,8 @@ def test_grouped_reduce_has_shared_memory_and_barrier(sources):
     src = sources["grouped_sum"]
     assert "__shared__ __align__(16) float smem0[16];" in src
     assert src.count("__syncthreads();") == 1 and "threadIdx.x" in src
-    row = sources["row_sum"]  # the default heuristics group this one: vector stores and loads in shared memory
-    assert "__syncthreads();" in row and "*((float4*)((smem0+" in row and "*((const float4*)((smem0+" in row
+    row = body(sources["row_sum"])  # grouped by the heuristics over one warp of lanes: warp shuffles, no shared memory
+    assert "__shfl_xor_sync(0xffffffffu, " in row and "__syncthreads();" not in row and "__shared__" not in row
 
 
 def test_matmul_upcasts_to_vector_loads_and_fmaf(sources):
@@ -130,7 +130,7 @@ def test_every_kernel_compiles_with_nvcc(ptx, sources):
 
 def test_ptx_has_the_barrier_the_shared_array_and_vector_accesses(ptx):
     assert "bar.sync" in ptx["grouped_sum"] and ".shared .align 16 .b8" in ptx["grouped_sum"]
-    assert "st.shared.v4.f32" in ptx["row_sum"] and "ld.shared.v4.f32" in ptx["row_sum"]
+    assert "shfl.sync.bfly.b32" in ptx["row_sum"] and "bar.sync" not in ptx["row_sum"]
     assert re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx["broadcast"]) and "st.global.v4.f32" in ptx["broadcast"]
     assert re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx["matmul"]) and "fma.rn.f32" in ptx["matmul"]
     assert re.search(r"ld\.global(\.nc)?\.v4\.u8", ptx["uint8_int8"])

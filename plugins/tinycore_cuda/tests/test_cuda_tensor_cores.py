@@ -81,3 +81,19 @@ def test_cuda_renders_mma_sync_and_nvrtc_builds_it() -> None:
 def test_gpus_before_sm_80_declare_no_tensor_cores() -> None:
     assert CUDARenderer("sm_75").tensor_cores == [] and CUDARenderer("sm_80").tensor_cores == CUDA_TENSOR_CORES
     assert CUDARenderer(None).tensor_cores == CUDA_TENSOR_CORES
+
+
+# ----- on a GPU (bench/device_check.sh): skipped without one
+
+
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("blocked", [False, True], ids=["one_tile", "two_tiles"])
+def test_the_tensor_core_kernel_runs_right_on_the_gpu(din, blocked, gpu, launch) -> None:
+    item, want = _matmul_ast(64, 64, 32, din)
+    opts = [Opt(OptOps.TC, 0, 0 if din == dtypes.float16 else 1)] + ([Opt(OptOps.UPCAST, 0, 2)] if blocked else [])
+    program = get_program(item.ast, gpu.renderer, opts)
+    src = gpu.renderer.render(program.uops, "k_mma")
+    assert src.count("mma.sync.aligned.m16n8k16") == (2 if blocked else 1)
+    inputs = [np.frombuffer(bytearray(b.as_buffer()), np.uint8) for b in item.bufs[1:]]
+    out = launch(src, "k_mma", np.zeros(want.size, np.float32), inputs, program.global_size, program.local_size)
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-4)

@@ -7,7 +7,12 @@ holds the NVRTC version, the options and the arch. CUBIN for the device's own ar
 limits (PTX from a newer NVRTC does not load on an older driver).
 
 A stored binary is a `tinycore.sdk.KernelImage`: the parameter kinds of the kernel (read off its signature) and the
-CUBIN, so a program can be launched from core's disk cache without the source.
+CUBIN, so a program can be launched from core's disk cache without the source. A kernel using dynamic shared memory
+(over 48 KB: `tinycore_cuda.renderer.dynamic_shared_bytes`) has its byte count before the CUBIN
+(`DYNAMIC_SHARED_HEADER`; `split_dynamic_shared` takes it off), so its program can opt in before launching.
+
+`NVRTCCompiler.resource_usage` is the report of NVRTC's ``ptxas -v`` for a kernel (registers, stack, spill stores
+and loads), for tests that check code quality without a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 from tinycore.sdk import CompileError, Compiler, KernelImage
 
 ARCH_PATTERN = re.compile(r"^(sm|compute)_(\d{2,3})[af]?$")
+DYNAMIC_SHARED_HEADER = b"TCDSM "  # b"TCDSM <bytes>\n" before the CUBIN of a kernel with dynamic shared memory
 INSTALL_NVRTC = "pip install 'tinycore[cuda]' (or: pip install nvidia-cuda-nvrtc nvidia-cuda-runtime cuda-bindings)"
 
 
@@ -46,6 +52,23 @@ def parameter_kinds(src: str) -> tuple[str, list[str]]:
         return CUDA_C.signature_of(src)
     except ValueError as error:
         raise CompileError(f"CUDA compiler: {error}") from None
+
+
+def with_dynamic_shared(shared_bytes: int, image: bytes) -> bytes:
+    """`image` (CUBIN or PTX) with its kernel's dynamic shared memory in front (unchanged when 0).
+
+    >>> split_dynamic_shared(with_dynamic_shared(65536, b"ELF")), split_dynamic_shared(b"ELF")
+    ((65536, b'ELF'), (0, b'ELF'))
+    """
+    return DYNAMIC_SHARED_HEADER + str(shared_bytes).encode() + b"\n" + image if shared_bytes else image
+
+
+def split_dynamic_shared(image: bytes) -> tuple[int, bytes]:
+    """(bytes of dynamic shared memory per block, the CUBIN or PTX) of what `NVRTCCompiler` stored."""
+    if not image.startswith(DYNAMIC_SHARED_HEADER):
+        return 0, image
+    header, _, binary = image.partition(b"\n")
+    return int(header[len(DYNAMIC_SHARED_HEADER) :]), binary
 
 
 @cache
@@ -98,21 +121,34 @@ class NVRTCCompiler(Compiler):
 
     def compile(self, src: str) -> bytes:
         """Build `src`; a `CompileError` names the kernel and carries NVRTC's log."""
+        from tinycore_cuda.renderer import dynamic_shared_bytes
+
+        _, kinds = parameter_kinds(src)
+        image, _ = self._build(src, self.options)
+        return KernelImage.pack(kinds, with_dynamic_shared(dynamic_shared_bytes(src), image))
+
+    def resource_usage(self, src: str) -> str:
+        """The ``ptxas -v`` report of NVRTC's build of `src` for a CUBIN arch (``Used N registers``, ``N bytes
+        stack frame, N bytes spill stores, N bytes spill loads``); not cached. A ValueError for a PTX arch."""
+        if self.ptx:
+            raise ValueError(f"CUDA compiler: {self.arch} builds PTX, which ptxas does not see: use an sm_NN arch")
+        return self._build(src, [*self.options, "--ptxas-options=-v"])[1]
+
+    def _build(self, src: str, option_list: list[str]) -> tuple[bytes, str]:
+        """(CUBIN or PTX, NVRTC's log) of `src`; a `CompileError` names the kernel and carries the log."""
         nvrtc = nvrtc_module()
-        name, kinds = parameter_kinds(src)
+        name, _ = parameter_kinds(src)
         err, program = nvrtc.nvrtcCreateProgram(src.encode(), f"{name}.cu".encode(), 0, [], [])
         _check(nvrtc, err, name, "create the program")
         try:
-            options = [o.encode() for o in self.options]
+            options = [o.encode() for o in option_list]
             (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+            _, size = nvrtc.nvrtcGetProgramLogSize(program)
+            log_bytes = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log_bytes)
+            log = log_bytes.decode(errors="replace").rstrip("\x00 \n")
             if err != 0:
-                _, size = nvrtc.nvrtcGetProgramLogSize(program)
-                log = b" " * size
-                nvrtc.nvrtcGetProgramLog(program, log)
-                raise CompileError(
-                    f"CUDA (tinycore-cuda): kernel {name} failed to compile for {self.arch}:\n"
-                    + log.decode(errors="replace").rstrip("\x00 \n")
-                )
+                raise CompileError(f"CUDA (tinycore-cuda): kernel {name} failed to compile for {self.arch}:\n" + log)
             if self.ptx:
                 get_size, get = nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX
             else:
@@ -124,7 +160,7 @@ class NVRTCCompiler(Compiler):
             _check(nvrtc, err, name, "read the output")
         finally:
             nvrtc.nvrtcDestroyProgram(program)
-        return KernelImage.pack(kinds, image)
+        return image, log
 
 
 def _check(nvrtc: Any, err: Any, name: str, what: str) -> None:

@@ -6,6 +6,11 @@ drive the whole device with a fake driver that records what it is asked to do.
 
 ``CUDA`` is GPU 0, ``CUDA:n`` GPU n; each device uses its GPU's primary context. tinycore's ``global_size`` counts
 blocks and ``local_size`` threads per block, exactly CUDA's grid and block dims.
+
+Shared memory: the renderer's `shared_max` is the GPU's opt-in maximum per block
+(``CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``). A kernel over 48 KB uses dynamic shared memory: its
+program sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` once when loaded and passes the bytes with every
+launch (and in graph nodes); one over the GPU's limit is a `CUDAError` naming the kernel, the bytes and the limit.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, grid_and_block, host_address
 from tinycore_cuda import __version__
-from tinycore_cuda.compiler import NVRTCCompiler
+from tinycore_cuda.compiler import NVRTCCompiler, split_dynamic_shared
 from tinycore_cuda.graph import CUDAGraph
 from tinycore_cuda.renderer import CUDARenderer
 
@@ -122,9 +127,20 @@ class CUDAProgram:
     def __init__(self, dev: CUDADevice, name: str, lib: bytes):
         self.dev, self.name = dev, name
         self.kinds, image = KernelImage.unpack(lib)
+        self.shared_bytes, image = split_dynamic_shared(image)  # dynamic shared memory per block (0: none)
+        if self.shared_bytes > dev.shared_optin:
+            raise CUDAError(
+                f"kernel {name} needs {self.shared_bytes} bytes of shared memory per block, over this GPU's limit "
+                f"of {dev.shared_optin} bytes (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN); fix: build it "
+                "for this device (its renderer knows the limit) or with fewer LOCAL/GROUP opts",
+                device=dev.device, distribution=DISTRIBUTION, version=__version__,
+            )  # fmt: skip
         dev.activate()
         self.module = dev.driver.cuModuleLoadData(image)
         self.function = dev.driver.cuModuleGetFunction(self.module, name.encode())
+        if self.shared_bytes:  # the opt-in above the 48 KB every kernel gets
+            attribute = dev.driver.bindings.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            dev.driver.cuFuncSetAttribute(self.function, attribute, self.shared_bytes)
         self.types = tuple(_ARG_TYPES[kind] for kind in self.kinds)
 
     def __call__(
@@ -142,15 +158,17 @@ class CUDAProgram:
         args = (tuple(int(b) for b in bufs) + tuple(int(v) for v in vals), self.types)
         driver = self.dev.driver
         self.dev.activate()
+        shared = self.shared_bytes
         if wait:
-            return driver.timed(lambda: driver.cuLaunchKernel(self.function, *grid, *block, 0, 0, args, 0))
-        driver.cuLaunchKernel(self.function, *grid, *block, 0, 0, args, 0)
+            return driver.timed(lambda: driver.cuLaunchKernel(self.function, *grid, *block, shared, 0, args, 0))
+        driver.cuLaunchKernel(self.function, *grid, *block, shared, 0, args, 0)
         return None
 
 
 class CUDADevice(Compiled):
     """``CUDA`` or ``CUDA:n``: one GPU through its primary context; `arch` (``sm_NN``) from its compute capability,
-    the renderer's launch and shared-memory limits from its attributes."""
+    the renderer's launch and shared-memory limits from its attributes (`shared_optin`: the most shared memory
+    one block may opt in to)."""
 
     def __init__(self, device: str = FAMILY, driver: Any = None):
         if driver is None:
@@ -182,7 +200,11 @@ class CUDADevice(Compiled):
             self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
             self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z),
         )
-        renderer.shared_max = min(48 * 1024, self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK))
+        self.shared_optin = max(
+            self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+            self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        )
+        renderer.shared_max = self.shared_optin
         self.name = self.driver.cuDeviceGetName(256, self.cu_device)
         compiler = NVRTCCompiler(renderer.arch or "sm_90")
         super().__init__(device, CUDAAllocator(self), renderer, compiler, CUDAProgram, CUDAGraph)

@@ -57,7 +57,7 @@ class CUDAGraph(GraphRunner):
         params.func = program.function
         params.gridDimX, params.gridDimY, params.gridDimZ = grid
         params.blockDimX, params.blockDimY, params.blockDimZ = block
-        params.sharedMemBytes = 0
+        params.sharedMemBytes = program.shared_bytes  # dynamic shared memory (set up when loaded)
         pointers = tuple(int(buf.ensure_allocated().opaque) for buf in item.bufs)
         params.kernelParams = (pointers + tuple(int(v) for v in self.vals.get(index, ())), program.types)
         params.extra = 0

@@ -9,12 +9,37 @@ built into NVRTC). No GPU is needed to render.
 Vector accesses use CUDA's built-in vector types (``float4``, ``uint2``, ``longlong2``...) through a cast pointer,
 so only where the 16-byte-or-less vector is provably aligned (`CDialect.vector_alignment`). half has only ``half2``
 (``cuda_fp16.h``), bfloat16 and ``bool`` have none (lane by lane), 8-byte types use 2-lane pieces (``double4`` and
-``longlong4`` are deprecated in CUDA 13). Tensor cores are not rendered yet (``tensor_cores = []``).
+``longlong4`` are deprecated in CUDA 13). Tensor cores: ``mma.sync`` m16n8k16 (`CUDA_TENSOR_CORES`).
+
+Shared memory: a kernel whose shared arrays fit in `STATIC_SHARED_MAX` (48 KB) declares them ``__shared__``; a
+bigger one carves them out of one ``extern __shared__`` (dynamic) array, 16-byte aligned each, and says how many
+bytes it needs in a marker comment (`DYNAMIC_SHARED_MARKER`) that `tinycore_cuda.compiler` stores beside the CUBIN,
+so the program opts in (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) and launches with that many bytes.
+More than the renderer's `shared_max` (the GPU's opt-in limit once a device is opened) is a `CRenderError`.
+
+Warp shuffles: the renderer declares ``warp_size = 32``, so core's grouped reduces first reduce within each warp
+with ``Ops.SHUFFLE`` (rendered ``__shfl_xor_sync``); shared memory then holds one value per warp (none when one
+warp is the whole group).
 """
 
 from __future__ import annotations
 
-from tinycore.sdk import ALL_SCALARS, CDialect, CStyleRenderer, KernelWriter, TensorCore, UOp, dtypes
+import re
+
+from tinycore.sdk import (
+    ALL_SCALARS,
+    CDialect,
+    CRenderError,
+    CStyleRenderer,
+    KernelWriter,
+    Ops,
+    PatternMatcher,
+    PtrDType,
+    TensorCore,
+    UOp,
+    UPat,
+    dtypes,
+)
 
 # helpers every kernel may use; guarded, so the sources of several kernels can share one translation unit
 CUDA_PRELUDE = """\
@@ -45,6 +70,76 @@ template <typename T, typename F> static __device__ __forceinline__ T tc_bitcast
 """
 
 _EIGHT_BYTE = (dtypes.int64, dtypes.uint64, dtypes.float64)
+STATIC_SHARED_MAX = 48 * 1024  # bytes of static __shared__ per block on every GPU; more needs the dynamic opt-in
+DYNAMIC_SHARED_NAME = "tc_dynamic_smem"
+DYNAMIC_SHARED_MARKER = "tinycore-cuda dynamic shared memory: {bytes} bytes"
+_DYNAMIC_SHARED_PATTERN = re.compile(r"tinycore-cuda dynamic shared memory: (\d+) bytes")
+
+
+def shared_layout(uops: list[UOp]) -> tuple[dict[UOp, int], int]:
+    """(byte offset of each shared array, total bytes) of a kernel: its ``DEFINE_LOCAL`` arrays in program order,
+    each starting on a 16-byte boundary (vector accesses assume it)."""
+    offsets, total = {}, 0
+    for u in uops:
+        if u.op is Ops.DEFINE_LOCAL and isinstance(u.dtype, PtrDType):
+            offsets[u] = total
+            total += (max(1, u.dtype.size) * u.dtype.base.itemsize + 15) // 16 * 16
+    return offsets, total
+
+
+def dynamic_shared_bytes(src: str) -> int:
+    """Bytes of dynamic shared memory the rendered kernel `src` needs (its `DYNAMIC_SHARED_MARKER`; 0 without one).
+
+    >>> dynamic_shared_bytes("// tinycore-cuda dynamic shared memory: 65536 bytes"), dynamic_shared_bytes("")
+    (65536, 0)
+    """
+    found = _DYNAMIC_SHARED_PATTERN.search(src)
+    return int(found.group(1)) if found else 0
+
+
+def _define_shared(ctx: KernelWriter, x: UOp) -> object:
+    """A shared array: static ``__shared__`` while the kernel's arrays fit in 48 KB, else a slice of the dynamic
+    array; over the renderer's `shared_max`, a CRenderError naming the kernel, the bytes and the limit."""
+    offsets, total = shared_layout(ctx.uops)
+    limit = ctx.renderer.shared_max
+    if total > limit:
+        raise CRenderError(
+            f"CUDA renderer: kernel {ctx.name} needs {total} bytes of shared memory, over this target's limit of "
+            f"{limit} bytes (the GPU's opt-in maximum per block once a device is opened; {STATIC_SHARED_MAX} for a "
+            "compile-only target); fix: use fewer or smaller LOCAL/GROUP opts (or upcasts of grouped reduces)"
+        )
+    if total <= STATIC_SHARED_MAX:
+        return None  # the dialect's static declaration (the base rule)
+    assert isinstance(x.dtype, PtrDType)
+    if offsets[x] == 0:
+        marker = DYNAMIC_SHARED_MARKER.format(bytes=total)
+        ctx.emit(f"extern __shared__ __align__(16) unsigned char {DYNAMIC_SHARED_NAME}[];  // {marker}")
+    var, type_ = f"smem{x.arg}", ctx.type(x.dtype.base)
+    ctx.emit(f"{type_}* {var} = ({type_}*)({DYNAMIC_SHARED_NAME} + {offsets[x]});")
+    ctx.names[x] = var
+    return KernelWriter.STATEMENT
+
+
+_SHUFFLE_WIDENED = {dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
+
+
+def _shuffle(ctx: KernelWriter, x: UOp) -> list[str] | str:
+    """``Ops.SHUFFLE``: each lane's value from the lane whose id in the warp is its own XOR ``arg``, every lane of
+    the warp taking part; one variable per lane, so the call is never moved into a branch some lanes skip."""
+    scalar, out = x.dtype.scalar(), []
+    for lane in ctx.lanes(x.src[0], x.dtype.count):
+        if scalar in _SHUFFLE_WIDENED:  # no shuffle overload below 32 bits (half and bfloat16 have their own)
+            expr = f"(({ctx.type(scalar)})__shfl_xor_sync(0xffffffffu, (int)({lane}), {int(x.arg)}))"
+        else:
+            expr = f"__shfl_xor_sync(0xffffffffu, {lane}, {int(x.arg)})"
+        out.append(ctx.declare(scalar, expr, "shfl"))
+    return out if x.dtype.count > 1 else out[0]
+
+
+CUDA_RULES = PatternMatcher(
+    [(UPat(Ops.DEFINE_LOCAL, name="x"), _define_shared), (UPat(Ops.SHUFFLE, name="x"), _shuffle)],
+    name="cuda_c",
+)
 
 CUDA_C = CDialect(
     name="CUDA C",
@@ -94,6 +189,7 @@ CUDA_C = CDialect(
     half_to_float="tc_to_float({x})",
     bitcast="tc_bitcast<{type}, {src}>({x})",
     wmma=lambda ctx, x, a, b, c: render_mma(ctx, x, a, b, c),
+    extra_rules=CUDA_RULES,
 )
 
 
@@ -156,7 +252,8 @@ class CUDARenderer(CStyleRenderer):
     max_vector_access = 4  # the widest vector type the dialect uses
     global_max = (2**31 - 1, 65535, 65535)
     local_max = (1024, 1024, 64)
-    shared_max = 49152  # static __shared__ per block; more needs the dynamic opt-in
+    shared_max = STATIC_SHARED_MAX  # a compile-only target; an opened device sets its GPU's opt-in maximum
+    warp_size = 32  # grouped reduces reduce within each warp with __shfl_xor_sync first
     tensor_cores = CUDA_TENSOR_CORES  # mma.sync m16n8k16, sm_80 and newer (see `__init__`)
     native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"})
     supported_dtypes = frozenset(ALL_SCALARS)

@@ -28,13 +28,16 @@ ATTRIBUTES = {
     "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y": 65535,
     "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z": 65535,
     "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK": 49152,
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448,  # an H100's 227 KB
 }
+FUNCTION_ATTRIBUTES = ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",)
 
 
 class FakeDriver:
     """`gpus` devices of `memory` bytes each; `fail` maps a call name to the error code it returns next (once)."""
 
     CUdevice_attribute = types.SimpleNamespace(**{name: name for name in ATTRIBUTES})
+    CUfunction_attribute = types.SimpleNamespace(**{name: name for name in FUNCTION_ATTRIBUTES})
 
     def __init__(self, gpus: int = 1, memory: int = 1 << 20, driver_version: int = 13000):
         self.gpus, self.memory, self.driver_version = gpus, memory, driver_version
@@ -45,6 +48,8 @@ class FakeDriver:
         self.modules: dict[int, bytes] = {}
         self.launches: list[dict[str, Any]] = []
         self.event_times: dict[int, float] = {}
+        self.attributes = dict(ATTRIBUTES)  # change one to fake another GPU
+        self.function_attributes: dict[tuple[Any, str], int] = {}  # (function, attribute) -> value set
 
     def _call(self, name: str, *args: Any) -> int:
         self.calls.append((name, args))
@@ -81,7 +86,7 @@ class FakeDriver:
         return self._call("cuDeviceGetName", size, device), b"Fake H100"
 
     def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple[int, int]:
-        return self._call("cuDeviceGetAttribute", attribute, device), ATTRIBUTES[attribute]
+        return self._call("cuDeviceGetAttribute", attribute, device), self.attributes[attribute]
 
     def cuDevicePrimaryCtxRetain(self, device: int) -> tuple[int, str]:
         return self._call("cuDevicePrimaryCtxRetain", device), f"ctx{device}"
@@ -137,11 +142,24 @@ class FakeDriver:
     def cuModuleGetFunction(self, module: int, name: bytes) -> tuple[int, tuple[int, str]]:
         return self._call("cuModuleGetFunction", module, name), (module, name.decode())
 
+    def cuFuncSetAttribute(self, function: Any, attribute: str, value: int) -> tuple[int]:
+        err = self._call("cuFuncSetAttribute", function, attribute, value)
+        if not err:
+            self.function_attributes[(function, attribute)] = value
+        return (err,)
+
+    def shared_allowed(self, function: Any, shared: int) -> bool:
+        """Whether a launch of `function` may use `shared` bytes of dynamic shared memory: up to 48 KB always, more
+        only up to what ``cuFuncSetAttribute`` opted it in to (the real driver fails the launch otherwise)."""
+        opted = self.function_attributes.get((function, FUNCTION_ATTRIBUTES[0]), 0)
+        return shared <= max(49152, opted)
+
     def cuLaunchKernel(self, function: Any, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> tuple[int]:
         self.launches.append(
             dict(function=function, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, params=params)
         )
-        return (self._call("cuLaunchKernel", function),)
+        err = self._call("cuLaunchKernel", function)
+        return (err or (SUCCESS if self.shared_allowed(function, shared) else INVALID_VALUE),)
 
     def cuEventCreate(self, flags: int) -> tuple[int, int]:
         handle = len(self.event_times) + 1
