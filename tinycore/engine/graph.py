@@ -98,10 +98,15 @@ class GraphRunner(Runner):
         super().__init__(f"<batched {len(self.items)}>", device, estimates)
         self.kernel_count = sum(item.runner.kernel_count for item in self.items)
 
+    family: str = ""
+    """The device family whose kernels this runner batches (``"CUDA"``); '' batches kernels of any device."""
+
     @classmethod
     def supports(cls, item: ExecItem) -> bool:
-        """Whether this runner can batch `item` (the base: kernels only)."""
-        return isinstance(item.runner, CompiledRunner)
+        """Whether this runner can batch `item`: a compiled kernel (of `family`'s devices when it is set); copies and
+        other runners run outside the graph."""
+        runner = item.runner
+        return isinstance(runner, CompiledRunner) and (not cls.family or runner.device.partition(":")[0] == cls.family)
 
     def update(self, inputs: list[Buffer], var_vals: dict[str, int]) -> GraphUpdate:
         """Patch the items with `inputs` and `var_vals`; return what changed since the last call.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tinycore.sdk import CompiledRunner, Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
+from tinycore.sdk import Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
 from tinycore_amd.hip import KernelLaunch
 
 if TYPE_CHECKING:
@@ -26,6 +26,8 @@ class HIPGraph(GraphRunner):
     `nodes` are the graph's kernel nodes in capture order, `graph` and `exec` the HIP graph and its executable
     graph (None before the first submission)."""
 
+    family = "AMD"
+
     def __init__(
         self, device: str, items: list[ExecItem], input_slots: dict[tuple[int, int], int], var_names: list[str]
     ):
@@ -35,11 +37,6 @@ class HIPGraph(GraphRunner):
         self.exec: Any = None
         self.nodes: list[Any] = []
         self.submissions = self.patched = 0
-
-    @classmethod
-    def supports(cls, item: ExecItem) -> bool:
-        """AMD kernels only."""
-        return isinstance(item.runner, CompiledRunner) and item.runner.device.partition(":")[0] == "AMD"
 
     def launch_of(self, index: int) -> KernelLaunch:
         """Item `index`'s launch as it stands now: its function, dims, buffers and variable values."""

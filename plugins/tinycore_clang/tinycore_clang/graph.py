@@ -54,6 +54,8 @@ class ClangGraph(GraphRunner):
     ``tc_run_graph``, `ptrs`/`vals_table` the buffer-pointer and value tables its entries point into.
     """
 
+    family = "CLANG"
+
     def __init__(
         self, device: str, items: list[ExecItem], input_slots: dict[tuple[int, int], int], var_names: list[str]
     ):
@@ -115,12 +117,6 @@ class ClangGraph(GraphRunner):
             self._launch = functools.partial(self._fn, table, ctypes.c_int(len(self.programs)), ctypes.c_int(threads))
             self._launch_threads = threads
         return self._launch
-
-    @classmethod
-    def supports(cls, item: ExecItem) -> bool:
-        """CLANG kernels (copies and other runners run outside the graph)."""
-        runner = item.runner
-        return isinstance(runner, CompiledRunner) and runner.device.partition(":")[0] == "CLANG"
 
     def submit(self, update: GraphUpdate, wait: bool) -> float | None:
         """Patch the changed table entries, then run the whole batch with one foreign call."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tinycore.sdk import CompiledRunner, Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
+from tinycore.sdk import Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
 
 if TYPE_CHECKING:
     from tinycore_cuda.device import CUDADevice
@@ -22,6 +22,8 @@ class CUDAGraph(GraphRunner):
     """``CUDAGraph(device, items, input_slots, var_names)``: `items` (CUDA kernels) as one instantiated CUDA graph.
 
     `nodes` are the graph's kernel nodes in capture order; `patched` counts node updates over all replays."""
+
+    family = "CUDA"
 
     def __init__(
         self, device: str, items: list[ExecItem], input_slots: dict[tuple[int, int], int], var_names: list[str]
@@ -41,11 +43,6 @@ class CUDAGraph(GraphRunner):
             after = self.nodes[-1:]
             self.nodes.append(driver.cuGraphAddKernelNode(self.graph, after or None, len(after), self._params(index)))
         self.exec = driver.cuGraphInstantiate(self.graph, 0)
-
-    @classmethod
-    def supports(cls, item: ExecItem) -> bool:
-        """CUDA kernels only."""
-        return isinstance(item.runner, CompiledRunner) and item.runner.device.partition(":")[0] == "CUDA"
 
     def _params(self, index: int) -> Any:
         """The kernel node parameters of item `index` as it stands (buffers, values, launch dims)."""

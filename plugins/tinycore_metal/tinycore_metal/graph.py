@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from tinycore.sdk import CompiledRunner, Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
+from tinycore.sdk import Device, ExecItem, GraphRunner, GraphUpdate, grid_and_block
 
 if TYPE_CHECKING:
     from tinycore_metal.device import MetalDevice
@@ -31,6 +31,8 @@ class MetalGraph(GraphRunner):
 
     `commands` are the ICB's commands in capture order; `var_offsets[i]` the byte offsets of item ``i``'s variables in
     `var_buffer`."""
+
+    family = "METAL"
 
     def __init__(
         self, device: str, items: list[ExecItem], input_slots: dict[tuple[int, int], int], var_names: list[str]
@@ -49,11 +51,6 @@ class MetalGraph(GraphRunner):
         self.var_bytes = _SLOT * count
         self.last: Any = None  # the command buffer of the previous replay
         self.submissions = self.patched = 0
-
-    @classmethod
-    def supports(cls, item: ExecItem) -> bool:
-        """Metal kernels only."""
-        return isinstance(item.runner, CompiledRunner) and item.runner.device.partition(":")[0] == "METAL"
 
     def _program(self, index: int) -> Any:
         return self.items[index].runner.program  # type: ignore[attr-defined]
