@@ -564,6 +564,7 @@ def test_one_capture_serves_input_buffers_sized_by_the_variable(dev: str) -> Non
         np.testing.assert_allclose(total.numpy(), (an * 2 + bn).sum(1))
         assert plus.shape[1].unbind()[1] == value
         np.testing.assert_allclose(plus.reshape(3, value).numpy(), an + 1)  # back to a concrete shape
+        np.testing.assert_allclose(plus.numpy(), an + 1)  # or read at the bound value
     assert jit_stats.captures == captures + 1 and f.cnt == 7
     with pytest.raises(JitError, match="changed shape"):  # a concrete shape still may not change
         f(Tensor.ones(33, device=dev).realize().reshape(3, 11), Tensor.ones(33, device=dev).realize().reshape(3, 11))

@@ -917,9 +917,13 @@ class Tensor(
         return buffer_of(u), u
 
     def numpy(self) -> Any:
-        """A numpy copy of the value (realizes it). bfloat16 comes back as float32."""
+        """A numpy copy of the value (realizes it). bfloat16 comes back as float32. A shape whose variables are
+        bound (a TinyJit result of symbolic shape) is read at their values."""
         if not all_int(self.shape):
-            raise ValueError(f"numpy() needs a concrete shape, got {self.shape}")
+            bound = tuple(d if isinstance(d, int) else d.unbind()[1] if d.op is Ops.BIND else None for d in self.shape)
+            if any(d is None for d in bound):
+                raise ValueError(f"numpy() needs a concrete shape or bound variables, got {self.shape}")
+            return self.reshape(bound).numpy()
         if self.numel() == 0:
             import numpy as np
 
