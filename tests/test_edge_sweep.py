@@ -200,3 +200,85 @@ def test_binary_result_dtypes_follow_torch_for_every_pair(left: str) -> None:
         pairs = (("+", a + b, ta + tb), ("*", a * b, ta * tb), ("max", a.maximum(b), torch.maximum(ta, tb)))
         for op, tiny, ref in pairs:
             assert tiny.dtype == TORCH_TO_TINY[ref.dtype], f"{left} {op} {right}: {tiny.dtype} vs torch {ref.dtype}"
+
+
+INT_EDGES = {
+    np.int8: [-128, -127, -1, 0, 1, 126, 127],
+    np.int32: [-(2**31), -(2**31) + 1, -7, -1, 0, 1, 7, 2**31 - 2, 2**31 - 1],
+    np.int64: [-(2**63), -1, 0, 1, 2**63 - 1],
+    np.uint8: [0, 1, 127, 128, 254, 255],
+}
+# name: (tinycore fn, torch fn); division and remainder by zero raise (covered in test_ops_elementwise)
+INT_BINARY = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "floordiv": (lambda a, b: a // b, lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    "remainder": (lambda a, b: a % b, lambda a, b: torch.remainder(a, b)),
+    "maximum": (Tensor.maximum, torch.maximum),
+    "lt": (lambda a, b: a < b, lambda a, b: a < b),
+    "bitwise_xor": (lambda a, b: a ^ b, lambda a, b: a ^ b),
+}
+
+
+@pytest.mark.parametrize("dtype", list(INT_EDGES), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", sorted(INT_BINARY))
+def test_integer_ops_wrap_and_round_like_torch_at_the_type_limits(device: str, name: str, dtype) -> None:
+    tiny_fn, torch_fn = INT_BINARY[name]
+    values = np.array(INT_EDGES[dtype], dtype=dtype)
+    a, b = np.meshgrid(values, values, indexing="ij")
+    if name in ("floordiv", "remainder"):  # by zero raises; INT_MIN // -1 overflows (torch: wraps on CPU)
+        keep = (b != 0) & ~((a == np.iinfo(dtype).min) & (b == -1))
+        a, b = a[keep], b[keep]
+    out = tiny_fn(Tensor(a, device=device), Tensor(b, device=device)).numpy()
+    ref = torch_fn(torch.tensor(a), torch.tensor(b)).numpy()
+    np.testing.assert_array_equal(out, ref, err_msg=f"{name} on {np.dtype(dtype).name} ({device})")
+
+
+@pytest.mark.parametrize("dtype", list(INT_EDGES), ids=lambda d: np.dtype(d).name)
+def test_integer_unary_ops_at_the_type_limits(device: str, dtype) -> None:
+    values = np.array(INT_EDGES[dtype], dtype=dtype)
+    x, tx = Tensor(values, device=device), torch.tensor(values)
+    cases = {"abs": (x.abs(), tx.abs()), "sum": (x.sum(), tx.sum()), "max": (x.max(), tx.max())}
+    if np.dtype(dtype).kind == "i":
+        cases["neg"] = (-x, -tx)
+    for name, (ours, ref) in cases.items():
+        assert ours.numpy().tolist() == ref.numpy().tolist(), f"{name} of {np.dtype(dtype).name} on {device}"
+        assert ours.numpy().dtype == ref.numpy().dtype, f"{name}: dtype {ours.numpy().dtype} vs {ref.numpy().dtype}"
+
+
+# invalid calls: (what, tinycore call, torch call); both must raise, with the same exception type
+INVALID = {
+    "reshape to another size": (lambda: Tensor.ones(2, 3).reshape(4, 2), lambda: torch.ones(2, 3).reshape(4, 2)),
+    "matmul inner sizes": (lambda: Tensor.ones(2, 3) @ Tensor.ones(4, 2), lambda: torch.ones(2, 3) @ torch.ones(4, 2)),
+    "cat of other sizes": (
+        lambda: Tensor.cat(Tensor.ones(2, 3), Tensor.ones(2, 4)),
+        lambda: torch.cat([torch.ones(2, 3), torch.ones(2, 4)]),
+    ),
+    "permute repeats a dim": (lambda: Tensor.ones(2, 3).permute(0, 0), lambda: torch.ones(2, 3).permute(0, 0)),
+    "transpose out of range": (lambda: Tensor.ones(2, 3).transpose(0, 2), lambda: torch.ones(2, 3).transpose(0, 2)),
+    "index out of range": (lambda: Tensor.ones(2, 3)[2], lambda: torch.ones(2, 3)[2]),
+    "too many indices": (lambda: Tensor.ones(2, 3)[0, 0, 0], lambda: torch.ones(2, 3)[0, 0, 0]),
+    "expand a non-1 dim": (lambda: Tensor.ones(2, 3).expand(4, 3), lambda: torch.ones(2, 3).expand(4, 3)),
+    "broadcast mismatch": (lambda: Tensor.ones(2, 3) + Tensor.ones(4), lambda: torch.ones(2, 3) + torch.ones(4)),
+    "softmax dim out of range": (lambda: Tensor.ones(2, 3).softmax(2), lambda: torch.ones(2, 3).softmax(2)),
+    "squeeze dim out of range": (lambda: Tensor.ones(2, 1).squeeze(3), lambda: torch.ones(2, 1).squeeze(3)),
+    "unsqueeze dim out of range": (lambda: Tensor.ones(2, 1).unsqueeze(4), lambda: torch.ones(2, 1).unsqueeze(4)),
+    "flatten start after end": (lambda: Tensor.ones(2, 3, 4).flatten(2, 1), lambda: torch.ones(2, 3, 4).flatten(2, 1)),
+    "gather index dims": (
+        lambda: Tensor.ones(2, 3).gather(1, Tensor([1, 0])),
+        lambda: torch.ones(2, 3).gather(1, torch.tensor([1, 0])),
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(INVALID))
+def test_invalid_calls_raise_what_torch_raises(what: str) -> None:
+    ours, theirs = INVALID[what]
+    with pytest.raises(Exception) as expected:
+        theirs()
+    with pytest.raises(Exception) as got:
+        ours().realize()
+    assert isinstance(got.value, type(expected.value)) or type(expected.value) in type(got.value).__mro__, (
+        f"{what}: tinycore raised {type(got.value).__name__}: {got.value}; torch {type(expected.value).__name__}"
+    )

@@ -1557,6 +1557,11 @@ class Tensor(
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim), self._axis(end_dim)
+        if s > e:
+            raise RuntimeError(
+                f"flatten(start_dim={start_dim}, end_dim={end_dim}): start_dim comes after end_dim in a tensor of "
+                f"{self.ndim} dims; pass start_dim <= end_dim"
+            )
         return self.reshape(*self.shape[:s], prod(self.shape[s : e + 1]), *self.shape[e + 1 :])
 
     def shrink(self, arg: Sequence[Any]) -> Tensor:
