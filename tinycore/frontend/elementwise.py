@@ -445,7 +445,14 @@ class ElementwiseMixin:
             x = x.maximum(min_)
         if max_ is not None:
             x = x.minimum(max_)
-        return x
+        if not dtypes.is_float(self.dtype) or x.dtype != self.dtype or x.shape != self.shape:
+            return x
+        # torch's gradient: 1 inside the bounds, bounds included (maximum/minimum would split a tie in halves)
+        inside = (self >= min_) if min_ is not None else None
+        if max_ is not None:
+            inside = (self <= max_) if inside is None else inside & (self <= max_)
+        assert inside is not None
+        return inside.where(self, x)
 
     def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:  # type: ignore[misc]
         """Alias of `clamp`."""
@@ -515,8 +522,8 @@ class ElementwiseMixin:
         return (x >= 0).where(r, z * r)
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:  # type: ignore[misc]
-        """``max(0, min(1, alpha * x + beta))`` (PyTorch's defaults)."""
-        return (self._to_float() * alpha + beta).relu().minimum(1.0)
+        """``max(0, min(1, alpha * x + beta))`` (PyTorch's defaults; the gradient is 0 at the kinks, as torch's)."""
+        return (self._to_float() * alpha + beta).hardtanh(0.0, 1.0)
 
     def gelu(self: Tensor) -> Tensor:  # type: ignore[misc]
         """GELU, tanh approximation (as tinygrad; `torch.nn.functional.gelu(x, approximate="tanh")`)."""
@@ -573,16 +580,19 @@ class ElementwiseMixin:
         return self * self.softplus().tanh()
 
     def relu6(self: Tensor) -> Tensor:  # type: ignore[misc]
-        """min(max(x, 0), 6)."""
-        return self.relu().minimum(6)
+        """min(max(x, 0), 6), i.e. ``hardtanh(0, 6)`` (its gradient is 0 at 0 and 6, as torch's)."""
+        if not dtypes.is_float(self.dtype):
+            return self.relu().minimum(6)
+        return self.hardtanh(0.0, 6.0)
 
     def hardswish(self: Tensor) -> Tensor:  # type: ignore[misc]
         """x * relu6(x + 3) / 6."""
         return self * (self + 3).relu6() * (1 / 6)
 
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:  # type: ignore[misc]
-        """Clamp to [min_val, max_val]."""
-        return self.clamp(min_val, max_val)
+        """Clamp to [min_val, max_val]; torch's gradient: 1 strictly inside, 0 at the bounds and outside."""
+        x = self._to_float()
+        return (x <= min_val).where(min_val, (x >= max_val).where(max_val, x))
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:  # type: ignore[misc]
         """x for x > 0, else neg_slope * x."""
