@@ -265,7 +265,8 @@ class ElementwiseMixin:
         huge = x.abs() > 1e18
         safe, large = huge.where(2.0, x), (huge & (x > 0)).where(x, 2.0)  # (finite where not taken)
         y = (safe + (safe * safe - 1).sqrt()).log()
-        return huge.where((x > 0).where(large.log() + math.log(2), math.nan), y)
+        y = huge.where((x > 0).where(large.log() + math.log(2), math.nan), y)
+        return (x < 1).where(math.nan, y)  # (below -1 the formula gives log(0) = -inf once x*x rounds, in float16)
 
     # ----- erf
 
