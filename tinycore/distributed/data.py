@@ -48,10 +48,18 @@ def average_gradients(params: Iterable[Tensor], bucket_mb: float = DEFAULT_BUCKE
     for lists in buckets.values():
         for bucket in lists:
             grads = [p.grad for p in bucket]
-            # each gradient in its own kernels, then one copy into the bucket (fused into the cat, the reductions of
-            # the backward pass would run inside its branches, far slower than alone)
-            flat = [g.contiguous().reshape(-1) for g in grads]  # type: ignore[union-attr]
-            total = all_reduce(flat[0] if len(flat) == 1 else Tensor.cat(*flat), "sum")
+            # each gradient's kernels write straight into its slice of one bucket buffer (a materialized cat is one
+            # kernel selecting among every input per element, and an extra copy: measured 12% slower per step)
+            first = grads[0]
+            assert first is not None
+            buf = Tensor.empty(sum(g.numel() for g in grads), device=first.device, dtype=first.dtype)  # type: ignore[union-attr]
+            writes, offset = [], 0
+            for g in grads:
+                size = g.numel()  # type: ignore[union-attr]
+                writes.append(buf[offset : offset + size].assign(g.reshape(-1)))  # type: ignore[union-attr]
+                offset += size
+            Tensor.realize(*writes)
+            total = all_reduce(buf, "sum")
             count += 1
             offset = 0
             for p, g in zip(bucket, grads):
