@@ -89,6 +89,25 @@ class TestAcrossProcesses:
         if how == "hang":
             assert proc.returncode != 0
 
+    def test_the_digits_example_trains_across_two_ranks(self, tmp_path: Path) -> None:
+        """The README's example under ``mpirun -np 2 ... --distributed``: rank 0 reports the two ranks, trains,
+        saves weights the one-process example loads, and the job exits 0 (2 epochs reach > 80%)."""
+        pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install scikit-learn)")
+        pytest.importorskip("tqdm", reason="the digits example needs tqdm (pip install tqdm)")
+        example = WORKER.parent.parent / "examples" / "digits.py"
+        weights = tmp_path / "digits.safetensors"
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "THREADS": "1"}
+        cmd = [MPIRUN or "mpirun", "-np", "2", "--oversubscribe", sys.executable, str(example), "--distributed"]
+        cmd += ["--epochs", "2", "--min-accuracy", "0.8", "--save", str(weights)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "2 ranks" in proc.stdout and proc.stdout.count("test accuracy") == 1, proc.stdout[-2000:]
+        check = subprocess.run(
+            [sys.executable, str(example), "--load", str(weights), "--min-accuracy", "0.8"],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
     def test_two_ranks_train_digits_like_one_process_on_both_batches(self) -> None:
         if importlib.util.find_spec("sklearn") is None:
             pytest.skip("the digits data set needs scikit-learn (pip install '.[examples]')")
