@@ -39,6 +39,11 @@ class GraphUpdate:
     launch_dims: dict[int, LaunchDims] = field(default_factory=dict)
     var_vals: dict[str, int] = field(default_factory=dict)
 
+    def changed_items(self) -> list[int]:
+        """The indices of the items whose buffers, variable values or launch dims changed, in order (the nodes a
+        device graph patches)."""
+        return sorted({i for i, _, _ in self.buffers} | set(self.vals) | set(self.launch_dims))
+
 
 class GraphRunner(Runner):
     """Base class of batched replay runners: ``GraphRunner(device, items, input_slots, var_names)``.

@@ -64,8 +64,7 @@ class HIPGraph(GraphRunner):
         if self.exec is None:
             self._build()
         else:
-            changed = {i for i, _, _ in update.buffers} | set(update.vals) | set(update.launch_dims)
-            for index in sorted(changed):
+            for index in update.changed_items():
                 hip.graph_exec_set_kernel_params(self.exec, self.nodes[index], self.launch_of(index))
                 self.patched += 1
         self.submissions += 1

@@ -67,8 +67,7 @@ class CUDAGraph(GraphRunner):
         if self.exec is None:
             self._build()
         else:
-            changed = {i for i, _, _ in update.buffers} | set(update.vals) | set(update.launch_dims)
-            for index in sorted(changed):
+            for index in update.changed_items():
                 driver.cuGraphExecKernelNodeSetParams(self.exec, self.nodes[index], self._params(index))
                 self.patched += 1
         self.submissions += 1

@@ -110,7 +110,7 @@ class MetalGraph(GraphRunner):
         if self.icb is None:
             self._build()
         else:
-            changed = {i for i, _, _ in update.buffers} | set(update.vals) | set(update.launch_dims)
+            changed = update.changed_items()
             if changed:
                 self.gpu.synchronize()  # the previous replay must be done before its commands change
             for index in sorted({i for i, _, _ in update.buffers}):
