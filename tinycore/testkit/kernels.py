@@ -10,7 +10,7 @@ compiler is installed) the kernels core really produces before any hardware is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,3 +107,30 @@ def render_cases(renderer: Renderer, names: Iterable[str] | None = None) -> dict
         program = get_program(items[0].ast, renderer, opts)
         sources[name] = renderer.render(program.uops, f"k_{name}")
     return sources
+
+
+def matmul_case(m: int, k: int, n: int, dtype_in: DType, seed: int = 0) -> tuple[Any, np.ndarray]:
+    """A one-kernel ``(m, k) @ (k, n)`` product of `dtype_in` inputs accumulated in float32, scheduled on the
+    ``PYTHON`` device: its `ScheduleItem` (buffers 1 and 2 hold the inputs) and the product numpy computes in
+    float64 from the same rounded inputs. For checking a renderer's tensor cores (`run_on_interpreter`)."""
+    rng = np.random.default_rng(seed)
+    a = _t(rng.uniform(-2, 2, (m, k)), np.float32).cast(dtype_in).realize()
+    b = _t(rng.uniform(-2, 2, (k, n)), np.float32).cast(dtype_in).realize()
+    a32, b32 = a.cast(dtypes.float32), b.cast(dtypes.float32)
+    (item,) = [i for i in (a32 @ b32).schedule() if i.ast is not None]
+    return item, a32.numpy().astype(np.float64) @ b32.numpy().astype(np.float64)
+
+
+def run_on_interpreter(program: Any, item: Any, tensor_cores: Sequence[Any] = ()) -> np.ndarray:
+    """Run `program` (a `ProgramSpec` lowered for any renderer, e.g. with its tensor cores) on the ``PYTHON`` reference
+    interpreter with the input buffers of `item` (from `matmul_case`); returns the float32 output, flat. The
+    interpreter emulates `tensor_cores` (the renderer's declarations) with their lane layouts."""
+    from tinycore.runtime.python_device import PythonCompiler, PythonRenderer, decode_program
+    from tinycore.runtime.python_interpreter import Interpreter
+
+    lib = PythonCompiler().compile(PythonRenderer().render(program.uops))
+    interpreter = Interpreter(decode_program(lib), program.function_name, list(tensor_cores))
+    out = np.zeros(item.bufs[0].size, np.float32)
+    inputs = [bytearray(b.as_buffer()) for b in item.bufs[1:]]  # the raw bytes (numpy has no bfloat16)
+    interpreter([memoryview(out).cast("B"), *(memoryview(x) for x in inputs)], program.global_size, program.local_size)
+    return out

@@ -25,25 +25,13 @@ from tinycore_amd.renderer import (  # noqa: E402
 from tinycore.codegen import Opt, OptOps, get_kernel, get_program  # noqa: E402
 from tinycore.codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
-from tinycore.runtime.python_device import PythonCompiler, PythonRenderer, decode_program  # noqa: E402
-from tinycore.runtime.python_interpreter import Interpreter  # noqa: E402
 from tinycore.sdk import KernelImage  # noqa: E402
-from tinycore.tensor import Tensor  # noqa: E402
+from tinycore.testkit.kernels import matmul_case, run_on_interpreter  # noqa: E402
 
 SHAPES = [(16, 16, 16), (32, 48, 16), (48, 32, 32)]  # (M, K, N): multiples of the 16 x 16 x 16 instruction
 ARCHS = {"gfx1100": RDNA3_TENSOR_CORES, "gfx942": CDNA_TENSOR_CORES, "gfx90a": CDNA_TENSOR_CORES}
 OBJDUMP = next((shutil.which(n) for n in ("llvm-objdump-19", "llvm-objdump") if shutil.which(n)), None)
 IDS = {dtypes.float16: "fp16", dtypes.bfloat16: "bf16"}
-
-
-def _matmul(m: int, k: int, n: int, din, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    a_np, b_np = rng.uniform(-2, 2, (m, k)).astype(np.float32), rng.uniform(-2, 2, (k, n)).astype(np.float32)
-    a = Tensor(a_np, device="PYTHON").cast(din).realize()
-    b = Tensor(b_np, device="PYTHON").cast(din).realize()
-    out = a.cast(dtypes.float32) @ b.cast(dtypes.float32)
-    (item,) = [i for i in out.schedule() if i.ast is not None]
-    return item, a.cast(dtypes.float32).numpy() @ b.cast(dtypes.float32).numpy()
 
 
 def test_the_layouts_are_the_documented_ones() -> None:
@@ -70,29 +58,25 @@ def test_each_arch_declares_its_own_tensor_cores() -> None:
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=IDS.get)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_amd_kernel_runs_right_on_the_reference_interpreter(arch: str, din, shape) -> None:
-    item, want = _matmul(*shape, din)
+    item, want = matmul_case(*shape, din)
     tcs = ARCHS[arch]
     program = get_program(
         item.ast, AMDRenderer(arch), [Opt(OptOps.TC, 0, tcs.index(next(t for t in tcs if t.dtype_in == din)))]
     )
     assert any(u.op.name == "WMMA" for u in program.uops) and program.local_size[0] == tcs[0].threads
-    lib = PythonCompiler().compile(PythonRenderer().render(program.uops))  # the same uops, serialized for PYTHON
-    interpreter = Interpreter(decode_program(lib), program.function_name, tcs)
-    out = np.zeros(want.size, np.float32)
-    inputs = [bytearray(b.as_buffer()) for b in item.bufs[1:]]  # the raw bytes (numpy has no bfloat16)
-    interpreter([memoryview(out).cast("B"), *(memoryview(x) for x in inputs)], program.global_size, program.local_size)
+    out = run_on_interpreter(program, item, tcs)  # the same uops, serialized for PYTHON
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_heuristics_pick_the_tensor_core_for_a_half_matmul() -> None:
     for arch in ("gfx1100", "gfx942"):
-        item, _ = _matmul(32, 32, 32, dtypes.float16)
+        item, _ = matmul_case(32, 32, 32, dtypes.float16)
         assert [o.op for o in hand_coded_optimizations(get_kernel(item.ast, AMDRenderer(arch)))] == [OptOps.TC]
         program = get_program(item.ast, AMDRenderer(arch))  # the default: the heuristics
         assert any(u.op.name == "WMMA" for u in program.uops)
-    item, _ = _matmul(32, 32, 32, dtypes.float32)  # float32 inputs: no tensor core takes them
+    item, _ = matmul_case(32, 32, 32, dtypes.float32)  # float32 inputs: no tensor core takes them
     assert OptOps.TC not in [o.op for o in hand_coded_optimizations(get_kernel(item.ast, AMDRenderer("gfx1100")))]
-    item, _ = _matmul(32, 32, 32, dtypes.float16)
+    item, _ = matmul_case(32, 32, 32, dtypes.float16)
     assert OptOps.TC not in [o.op for o in hand_coded_optimizations(get_kernel(item.ast, AMDRenderer("gfx1030")))]
 
 
@@ -112,7 +96,7 @@ def test_clang_builds_the_matrix_instruction(arch: str, din, instruction: str, t
     if (problem := supports_arch(arch)) is not None:
         pytest.skip(f"{problem} (apt-get install clang-19 lld-19)")
     renderer = AMDRenderer(arch)
-    item, _ = _matmul(32, 48, 16, din)
+    item, _ = matmul_case(32, 48, 16, din)
     program = get_program(item.ast, renderer, [Opt(OptOps.TC, 0, [dtypes.float16, dtypes.bfloat16].index(din))])
     src = renderer.render(program.uops, "k_tc")
     assert "__builtin_amdgcn_" + ("wmma" if arch.startswith("gfx11") else "mfma") in src

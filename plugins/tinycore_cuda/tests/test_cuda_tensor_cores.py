@@ -13,21 +13,10 @@ from tinycore_cuda.renderer import CUDA_TENSOR_CORES, CUDARenderer  # noqa: E402
 from tinycore.codegen import get_program  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
-from tinycore.runtime.python_device import PythonCompiler, PythonRenderer, decode_program  # noqa: E402
-from tinycore.runtime.python_interpreter import Interpreter  # noqa: E402
-from tinycore.tensor import Tensor  # noqa: E402
+from tinycore.runtime.python_device import PythonRenderer  # noqa: E402
+from tinycore.testkit.kernels import matmul_case, run_on_interpreter  # noqa: E402
 
 SHAPES = [(16, 16, 8), (32, 48, 16), (48, 32, 24)]  # (M, K, N): multiples of the 16 x 16 x 8 instruction
-
-
-def _matmul_ast(m: int, k: int, n: int, din, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    a_np, b_np = rng.uniform(-2, 2, (m, k)).astype(np.float32), rng.uniform(-2, 2, (k, n)).astype(np.float32)
-    a = Tensor(a_np, device="PYTHON").cast(din).realize()
-    b = Tensor(b_np, device="PYTHON").cast(din).realize()
-    out = a.cast(dtypes.float32) @ b.cast(dtypes.float32)
-    (item,) = [i for i in out.schedule() if i.ast is not None]
-    return item, a.cast(dtypes.float32).numpy() @ b.cast(dtypes.float32).numpy()
 
 
 class PythonWithCUDATensorCores(PythonRenderer):
@@ -49,14 +38,10 @@ def test_the_layouts_cover_each_operand_once_per_element() -> None:
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_tensor_core_kernel_runs_right_on_the_reference_interpreter(shape, din) -> None:
-    item, want = _matmul_ast(*shape, din)
+    item, want = matmul_case(*shape, din)
     program = get_program(item.ast, PythonWithCUDATensorCores(), [Opt(OptOps.TC, 0, 0 if din == dtypes.float16 else 1)])
     assert any(u.op.name == "WMMA" for u in program.uops) and program.local_size[0] == 32
-    lib = PythonCompiler().compile(PythonRenderer().render(program.uops))
-    interpreter = Interpreter(decode_program(lib), program.function_name, CUDA_TENSOR_CORES)
-    out = np.zeros(want.size, np.float32)
-    inputs = [bytearray(b.as_buffer()) for b in item.bufs[1:]]  # the raw bytes (numpy has no bfloat16)
-    interpreter([memoryview(out).cast("B"), *(memoryview(x) for x in inputs)], program.global_size, program.local_size)
+    out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
 
@@ -68,7 +53,7 @@ def test_cuda_renders_mma_sync_and_nvrtc_builds_it() -> None:
 
     renderer = CUDARenderer("sm_90")
     for din, kind, tc_index in ((dtypes.float16, b"f16", 0), (dtypes.bfloat16, b"bf16", 1)):
-        item, _ = _matmul_ast(32, 48, 16, din)
+        item, _ = matmul_case(32, 48, 16, din)
         program = get_program(item.ast, renderer, [Opt(OptOps.TC, 0, tc_index)])
         src = renderer.render(program.uops, "k_mma")
         assert "mma.sync.aligned.m16n8k16.row.col.f32" in src
@@ -89,7 +74,7 @@ def test_gpus_before_sm_80_declare_no_tensor_cores() -> None:
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("blocked", [False, True], ids=["one_tile", "two_tiles"])
 def test_the_tensor_core_kernel_runs_right_on_the_gpu(din, blocked, gpu, launch) -> None:
-    item, want = _matmul_ast(64, 64, 32, din)
+    item, want = matmul_case(64, 64, 32, din)
     opts = [Opt(OptOps.TC, 0, 0 if din == dtypes.float16 else 1)] + ([Opt(OptOps.UPCAST, 0, 2)] if blocked else [])
     program = get_program(item.ast, gpu.renderer, opts)
     src = gpu.renderer.render(program.uops, "k_mma")

@@ -15,23 +15,11 @@ from tinycore_metal.renderer import METAL_TENSOR_CORES, MetalRenderer, simdgroup
 from tinycore.codegen import get_program  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
-from tinycore.runtime.python_device import PythonCompiler, PythonRenderer, decode_program  # noqa: E402
-from tinycore.runtime.python_interpreter import Interpreter  # noqa: E402
-from tinycore.tensor import Tensor  # noqa: E402
+from tinycore.testkit.kernels import matmul_case, run_on_interpreter  # noqa: E402
 
 SHAPES = [(8, 8, 8), (16, 24, 8), (32, 16, 40)]  # (M, K, N): multiples of the 8 x 8 x 8 fragment
 DTYPES = {"half": dtypes.float16, "bfloat": dtypes.bfloat16, "float": dtypes.float32}
 TC_INDEX = {dtypes.float16: 0, dtypes.bfloat16: 1, dtypes.float32: 2}
-
-
-def _matmul_item(m: int, k: int, n: int, din, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    a_np, b_np = rng.uniform(-2, 2, (m, k)).astype(np.float32), rng.uniform(-2, 2, (k, n)).astype(np.float32)
-    a = Tensor(a_np, device="PYTHON").cast(din).realize()
-    b = Tensor(b_np, device="PYTHON").cast(din).realize()
-    out = a @ b if din == dtypes.float32 else a.cast(dtypes.float32) @ b.cast(dtypes.float32)
-    (item,) = [i for i in out.schedule() if i.ast is not None]
-    return item, a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
 
 
 def test_the_layout_covers_each_fragment_once_with_two_elements_per_lane() -> None:
@@ -53,19 +41,15 @@ def test_the_layout_covers_each_fragment_once_with_two_elements_per_lane() -> No
 @pytest.mark.parametrize("din", list(DTYPES.values()), ids=list(DTYPES))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_simdgroup_kernel_runs_right_on_the_reference_interpreter(shape, din) -> None:
-    item, want = _matmul_item(*shape, din)
+    item, want = matmul_case(*shape, din)
     program = get_program(item.ast, MetalRenderer(), [Opt(OptOps.TC, 0, TC_INDEX[din])])
     assert any(u.op.name == "WMMA" for u in program.uops) and program.local_size[0] == 32
-    lib = PythonCompiler().compile(PythonRenderer().render(program.uops))
-    interpreter = Interpreter(decode_program(lib), program.function_name, METAL_TENSOR_CORES)
-    out = np.zeros(want.size, np.float32)
-    inputs = [bytearray(b.as_buffer()) for b in item.bufs[1:]]  # the raw bytes (numpy has no bfloat16)
-    interpreter([memoryview(out).cast("B"), *(memoryview(x) for x in inputs)], program.global_size, program.local_size)
+    out = run_on_interpreter(program, item, METAL_TENSOR_CORES)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_heuristics_pick_the_half_tensor_core_for_a_half_matmul() -> None:
-    item, want = _matmul_item(32, 32, 32, dtypes.float16, seed=1)
+    item, want = matmul_case(32, 32, 32, dtypes.float16, seed=1)
     program = get_program(item.ast, MetalRenderer())  # no opts: the default heuristics
     wmma = [u for u in program.uops if u.op.name == "WMMA"]
     assert wmma and wmma[0].arg[0] == METAL_TENSOR_CORES[0].name
@@ -73,7 +57,7 @@ def test_the_heuristics_pick_the_half_tensor_core_for_a_half_matmul() -> None:
 
 @pytest.mark.parametrize("din", list(DTYPES.values()), ids=list(DTYPES))
 def test_metal_renders_simdgroup_multiply_accumulate_that_passes_the_syntax_check(din) -> None:
-    item, _ = _matmul_item(16, 24, 8, din)
+    item, _ = matmul_case(16, 24, 8, din)
     renderer = MetalRenderer("apple9")
     program = get_program(item.ast, renderer, [Opt(OptOps.TC, 0, TC_INDEX[din])])
     src = renderer.render(program.uops, "k_simdgroup")
