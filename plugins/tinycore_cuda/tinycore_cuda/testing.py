@@ -6,6 +6,7 @@ records every call in `calls`. Kernels are not executed: a launch records its fu
 
 from __future__ import annotations
 
+import threading
 import types
 from typing import Any
 
@@ -50,6 +51,7 @@ class FakeDriver:
         self.event_times: dict[int, float] = {}
         self.attributes = dict(ATTRIBUTES)  # change one to fake another GPU
         self.function_attributes: dict[tuple[Any, str], int] = {}  # (function, attribute) -> value set
+        self._memory_lock = threading.Lock()  # a real driver is thread-safe; NCCL tests allocate from two threads
 
     def _call(self, name: str, *args: Any) -> int:
         self.calls.append((name, args))
@@ -57,10 +59,13 @@ class FakeDriver:
 
     def used(self) -> int:
         """Bytes allocated now."""
-        return sum(len(b) for b in self.blocks.values())
+        with self._memory_lock:
+            return sum(len(b) for b in self.blocks.values())
 
     def _block(self, address: int) -> tuple[bytearray, int]:
-        for base, block in self.blocks.items():
+        with self._memory_lock:
+            blocks = list(self.blocks.items())
+        for base, block in blocks:
             if base <= address < base + len(block):
                 return block, address - base
         raise AssertionError(f"fake driver: address {address:#x} is not allocated")
@@ -102,13 +107,15 @@ class FakeDriver:
         err = self._call("cuMemAlloc", size)
         if err or self.used() + size > self.memory:
             return err or OUT_OF_MEMORY, 0
-        address, self.next_address = self.next_address, self.next_address + ((size + 255) // 256 + 1) * 256
-        self.blocks[address] = bytearray(size)
+        with self._memory_lock:
+            address, self.next_address = self.next_address, self.next_address + ((size + 255) // 256 + 1) * 256
+            self.blocks[address] = bytearray(size)
         return SUCCESS, address
 
     def cuMemFree(self, address: int) -> tuple[int]:
         err = self._call("cuMemFree", address)
-        del self.blocks[int(address)]
+        with self._memory_lock:
+            del self.blocks[int(address)]
         return (err,)
 
     def cuMemGetInfo(self) -> tuple[int, int, int]:
@@ -236,10 +243,14 @@ class FakeNCCLWorld:
         self.queued: dict[bytes, list[tuple[int, tuple[Any, ...]]]] = {}  # unique id -> enqueued (rank, call)
         self.next_id = 0
         self.async_errors: dict[int, int] = {}
+        # ranks run in threads: a rank's stream must not look idle between a collective leaving the queue and its
+        # result being written, so enqueueing (with completion) and querying hold one lock
+        self._lock = threading.RLock()
 
     def pending(self, rank: int) -> bool:
         """Whether `rank` has a collective waiting for the other ranks."""
-        return any(r == rank for calls in self.queued.values() for r, _ in calls)
+        with self._lock:
+            return any(r == rank for calls in self.queued.values() for r, _ in calls)
 
     def stream_query(self, rank: int) -> tuple[int]:
         """``cuStreamQuery`` of `rank`'s stream: CUDA_ERROR_NOT_READY (600) while its collective waits."""
@@ -252,13 +263,14 @@ class FakeNCCLWorld:
         return np.frombuffer(block, dtype=dtype, count=count, offset=offset)
 
     def enqueue(self, comm: int, call: tuple[Any, ...]) -> None:
-        uid, nranks, rank = self.comms[comm]
-        calls = self.queued.setdefault(uid, [])
-        calls.append((rank, call))
-        if len(calls) < nranks:
-            return
-        del self.queued[uid]
-        self._complete(sorted(calls, key=lambda c: c[0]))
+        with self._lock:
+            uid, nranks, rank = self.comms[comm]
+            calls = self.queued.setdefault(uid, [])
+            calls.append((rank, call))
+            if len(calls) < nranks:
+                return
+            del self.queued[uid]
+            self._complete(sorted(calls, key=lambda c: c[0]))
 
     def _complete(self, calls: list[tuple[int, tuple[Any, ...]]]) -> None:
         import numpy as np
