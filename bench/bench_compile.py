@@ -9,7 +9,8 @@ Each repetition builds every kind of kernel (elementwise ``(a*b+a).exp()``, redu
 3x3) on a fresh random shape, so no in-process or disk cache can serve it, and times:
 
 - the code-generation stages of `tinycore.codegen.get_program` (``lower``, ``optimize`` (heuristics), ``expand``
-  (`Kernel.get_optimized_sink`), ``decompose``, ``linearize``; from `tinycore.codegen.record_stage_times`);
+  (the passes of `tinycore.codegen.passes.KERNEL_PASSES` up to ``extra_rules[expand]``), ``decompose``,
+  ``linearize``; from `tinycore.codegen.record_stage_times`);
 - ``render`` (the renderer, with the program's function name) and ``compile`` (the device compiler, no cache) and
   ``load`` (the device's program class);
 - ``e2e``: ``realize()`` of the expression on another fresh shape minus a warm ``realize()`` of the same expression,

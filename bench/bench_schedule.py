@@ -68,7 +68,7 @@ def main() -> None:
     from tinycore.device import Device
     from tinycore.engine import realize, schedule
     from tinycore.engine.exec_item import Runner
-    from tinycore.engine.schedule import buffer_of
+    from tinycore.engine.realized import buffer_of
     from tinycore.tensor import Tensor
     from tinycore.uop import patterns
 

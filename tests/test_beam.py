@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinycore.codegen import Opt, OptOps, get_kernel, get_program, search
+from tinycore.backend.disk_cache import disk_get
+from tinycore.codegen import Opt, OptOps, get_kernel, get_program
 from tinycore.codegen.heuristic import hand_coded_optimizations
 from tinycore.device import Buffer, Device
 from tinycore.dtype import dtypes
+from tinycore.engine import search
 from tinycore.engine.exec_item import CompiledRunner
 from tinycore.helpers import Context, temporary_env
-from tinycore.runtime.disk_cache import disk_get
 from tinycore.runtime.python_device import PythonRenderer
 from tinycore.uop.ops import Ops, UOp
 
@@ -124,16 +125,18 @@ def test_real_search_on_python_is_correct_and_legal(cache):
     np.testing.assert_allclose(bufs[0].numpy().reshape(8, 8), a @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_get_program_uses_beam_when_set(cache, fake_times, monkeypatch):
+def test_the_engine_searches_when_beam_is_set(cache, fake_times, monkeypatch):
     calls = []
     real = search.beam_search
     monkeypatch.setattr(search, "beam_search", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
     with Context(BEAM=2):
-        get_program(matmul_ast(8, 8, 8), CPURenderer())
+        searched = search.kernel_program(matmul_ast(8, 8, 8), CPURenderer())
+        get_program(matmul_ast(8, 8, 8), CPURenderer())  # code generation alone never searches: no device to time on
     with Context(BEAM=2, NOOPT=1):
-        get_program(matmul_ast(8, 8, 8), CPURenderer())
-    get_program(matmul_ast(8, 8, 8), CPURenderer())
+        search.kernel_program(matmul_ast(8, 8, 8), CPURenderer())
+    search.kernel_program(matmul_ast(8, 8, 8), CPURenderer())
     assert calls == [2]
+    assert searched.uops and searched.name.startswith("r_")
 
 
 def test_actions_depend_on_the_renderer():

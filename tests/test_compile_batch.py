@@ -10,14 +10,14 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import pytest
 
+from tinycore.backend.compiler import Compiler
 from tinycore.codegen import get_program, record_stage_times
 from tinycore.device import Device
 from tinycore.engine import realize
 from tinycore.engine.exec_item import CompiledRunner, build_kernel_runners, render_program
 from tinycore.engine.realize import clear_runner_cache, run_schedule, runner_cache_info
-from tinycore.engine.schedule import buffer_of
+from tinycore.engine.realized import buffer_of
 from tinycore.errors import CompileError
-from tinycore.runtime.compiler import Compiler
 from tinycore.runtime.python_device import PythonCompiler
 from tinycore.tensor import Tensor
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tinycore.backend.compiler import Compiler
+from tinycore.backend.disk_cache import disk_get
 from tinycore.errors import CompileError
 from tinycore.helpers import Context
-from tinycore.runtime.compiler import Compiler
-from tinycore.runtime.disk_cache import disk_get
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,7 +149,7 @@ def test_base_compile_is_abstract():
 
 RACER = r"""
 import sys, time
-from tinycore.runtime.compiler import Compiler
+from tinycore.backend.compiler import Compiler
 
 class SlowCompiler(Compiler):
     def cache_key_parts(self):

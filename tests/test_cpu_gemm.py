@@ -1,7 +1,7 @@
 """Register-blocked matmul/conv on CPU-style devices: the TILE opt, fused multiply-add accumulation, the heuristics'
-blocking, packing of the right operand (`Renderer.gemm_panel_bytes`), padded conv input, and two-kernel full
-reductions. Every optimization is checked against numpy on odd shapes (non-multiples of the block sizes, one
-element, larger than a block)."""
+blocking, packed right operands (`Renderer.gemm_panel_bytes`; which ones are packed: tests/test_gemm_packing.py),
+padded conv input, and two-kernel full reductions. Every optimization is checked against numpy on odd shapes
+(non-multiples of the block sizes, one element, larger than a block)."""
 
 from __future__ import annotations
 
@@ -165,38 +165,6 @@ def test_clang_packed_matmul_gradients_match_numpy(clang):
     (ta @ tb).sum().backward()
     np.testing.assert_allclose(ta.grad.numpy(), np.ones((32, 64), np.float32) @ b.T, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(tb.grad.numpy(), a.T @ np.ones((32, 64), np.float32), rtol=1e-4, atol=1e-3)
-
-
-def test_packing_only_for_devices_that_ask_and_large_operands(clang):
-    """A row-major right operand is packed when it is beyond a core's L2 or many rows reuse it (a small one with a
-    partial last panel is not: the kernel's last column tile overlaps the one before); a transposed one always."""
-    from tinycore import Tensor
-    from tinycore.frontend.processing import _PACK_MIN_ROWS_IN_PLACE as ROWS
-    from tinycore.frontend.processing import _gemm_panel, _packed_right_operand
-
-    big = Tensor(rand(384, 512), device="CLANG")  # 768 KiB: beyond L2
-    assert _packed_right_operand(big, 64) is not big
-    assert _packed_right_operand(big, 1) is big  # a matrix-vector product: no reuse
-    cached = Tensor(rand(256, 256), device="CLANG")  # 256 KiB: read from L2, packed only for many rows
-    assert _packed_right_operand(cached, ROWS // 2) is cached
-    assert _packed_right_operand(cached, ROWS) is not cached
-    small = Tensor(rand(8, 8), device="CLANG")
-    assert _packed_right_operand(small, 64) is small
-    odd_np = rand(512, 513)
-    odd = _packed_right_operand(Tensor(odd_np, device="CLANG"), 256)  # 513 columns: the last panel zero-filled
-    panels = odd.uop.src[0]  # the shrink keeps the 513 real columns of a view of whole panels
-    panel = _gemm_panel("CLANG", 4)  # the panel width follows the host's vector width (AVX2: 16, AVX-512: 32)
-    assert odd.shape == (512, 513) and odd.uop.op is Ops.SHRINK and panels.shape == (512, -(-513 // panel) * panel)
-    np.testing.assert_array_equal(odd.numpy(), odd_np)
-    small_odd = Tensor(rand(128, 129), device="CLANG")
-    assert _packed_right_operand(small_odd, 64) is small_odd
-    narrow = Tensor(rand(2048, 10), device="CLANG")
-    assert _packed_right_operand(narrow, 4096) is narrow  # one panel or less: nothing to pack
-    transposed = Tensor(rand(128, 128), device="CLANG").T  # 64 KiB, but its columns are strided: packed
-    assert _packed_right_operand(transposed, 64) is not transposed
-    np.testing.assert_array_equal(_packed_right_operand(transposed, 64).numpy(), transposed.numpy())
-    python = Tensor(rand(384, 512), device="PYTHON")
-    assert _packed_right_operand(python, 4096) is python  # PYTHON declares no panels
 
 
 @pytest.mark.parametrize(

@@ -954,7 +954,7 @@ def test_clang_device_computes_the_same_bits() -> None:
     no contraction, reassociation or denormal flushing changed the float algorithms."""
     pytest.importorskip("tinycore_clang")
     from tinycore.codegen import get_program
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
 
     try:
         dev = Device["CLANG"]

@@ -8,9 +8,9 @@ import tinycore.device as device_module
 import tinycore.plugin.manager as manager_module
 from tinycore.device import Compiled, is_dtype_supported
 from tinycore.dtype import dtypes
-from tinycore.engine.graph import SequentialGraphRunner
+from tinycore.engine.graph_runner import SequentialGraphRunner
 from tinycore.plugin import DeviceCapabilities, hookimpl
-from tinycore.plugin.manager import PluginManager
+from tinycore.plugin.manager import DevicePlugins
 from tinycore.renderer import Renderer
 from tinycore.runtime.python_device import PythonAllocator, PythonDevice
 
@@ -88,7 +88,7 @@ class CapabilitiesPlugin:
 def test_declared_capabilities_come_from_the_hook_and_win(monkeypatch):
     declared = DeviceCapabilities(dtypes=frozenset({dtypes.uint8}), features=frozenset({"x"}))
     plugin = CapabilitiesPlugin(declared)
-    manager = PluginManager(entry_points=[])
+    manager = DevicePlugins(entry_points=[])
     manager.register_plugin(plugin, "FAKE", distribution="tinycore-fake", version="0.1.0")
     monkeypatch.setattr(manager_module, "_manager", manager)
     dev = make_fake()

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import tinycore.device as device_module
+from tinycore.backend.compiler import Compiler
 from tinycore.device import Buffer, Compiled, LRUAllocator
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import BufferCopy, BufferXfer, CompiledRunner, ExecItem, Runner, ViewOp
 from tinycore.helpers import Context, GlobalCounters
 from tinycore.renderer import Estimates, ProgramSpec, Renderer
-from tinycore.runtime.compiler import Compiler
 from tinycore.runtime.python_device import PythonDevice
 
 

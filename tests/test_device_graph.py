@@ -11,7 +11,7 @@ import tinycore.device as device_module
 from tinycore.device import Buffer, Compiled
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner, ExecItem, Runner
-from tinycore.engine.graph import GraphRunner, GraphUpdate, SequentialGraphRunner
+from tinycore.engine.graph_runner import GraphRunner, GraphUpdate, SequentialGraphRunner
 from tinycore.helpers import GlobalCounters
 from tinycore.renderer import Estimates, ProgramSpec
 from tinycore.runtime.python_device import PythonAllocator, PythonDevice

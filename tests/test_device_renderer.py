@@ -144,8 +144,20 @@ def test_renderer_reduce_names_family_and_arch():
         def __init__(self, arch):
             self.arch = arch
 
+    from tinycore.plugin.manager import rebuild_renderer
+
     func, args = R("sm_90").__reduce__()
-    assert func.__name__ == "_rebuild_renderer" and args == ("FAKE", "sm_90")
+    assert func is rebuild_renderer and args == ("FAKE", "sm_90")  # installed by the manager, a layer above
+
+
+def test_pickling_a_renderer_without_the_plugin_manager_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    import tinycore.renderer as renderer_module
+
+    monkeypatch.setattr(renderer_module, "_rebuilder", None)
+    with pytest.raises(TypeError, match=r"cannot pickle .*open the device first"):
+        pickle.dumps(Renderer())
 
 
 def test_a_dtype_the_renderer_does_not_declare_is_refused_before_compiling(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tinycore.backend import disk_cache
+from tinycore.backend.disk_cache import disk_get, disk_put
 from tinycore.helpers import Context
-from tinycore.runtime import disk_cache
-from tinycore.runtime.disk_cache import disk_get, disk_put
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_magic_is_versioned():
 
 WRITER = r"""
 import sys
-from tinycore.runtime.disk_cache import disk_get, disk_put
+from tinycore.backend.disk_cache import disk_get, disk_put
 
 tag, iterations = sys.argv[1], int(sys.argv[2])
 for i in range(iterations):

@@ -16,7 +16,8 @@ import pytest
 
 from tinycore.dtype import dtypes
 from tinycore.engine import schedule as sched
-from tinycore.engine.schedule import buffer_of, clear_schedule_cache, schedule_stats
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule_cache import clear_schedule_cache, schedule_stats
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
@@ -44,7 +45,7 @@ def test_a_warm_chain_is_served_by_its_key_without_a_walk(device: str, monkeypat
     x = Tensor(values(0), device=device).realize()
     warm(x, chain)
     walks = []
-    real_walk = sched._Walk
+    real_walk = sched.KeyWalk
 
     class CountingWalk(real_walk):  # type: ignore[misc, valid-type]
         __slots__ = ()
@@ -53,7 +54,7 @@ def test_a_warm_chain_is_served_by_its_key_without_a_walk(device: str, monkeypat
             walks.append(len(roots))
             super().__init__(roots)
 
-    monkeypatch.setattr(sched, "_Walk", CountingWalk)
+    monkeypatch.setattr(sched, "KeyWalk", CountingWalk)  # as `schedule_for_run` finds it
     schedule_stats.reset()
     out = chain(x).realize()
     assert walks == [] and schedule_stats.hits == 1 and schedule_stats.misses == 0

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from test_eager_chain_key import chain, values  # the peer benchmark's chain and its inputs
 
-import tinycore.tensor as tensor_module
+import tinycore.frontend.tensor as tensor_module
 from tinycore.dtype import dtypes
-from tinycore.engine.schedule import buffer_of, clear_schedule_cache, schedule_stats
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule_cache import clear_schedule_cache, schedule_stats
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
@@ -76,7 +77,7 @@ def test_the_built_graph_is_the_one_built_at_once(device: str) -> None:
     first = UOp(Ops.MUL, dtypes.float, (x.uop, operand_two))
     assert deferred.uop.src[0] is first  # hash-consed: the same node as building it directly
     assert (x * 2.0 + 1.5).uop is deferred.uop
-    assert deferred.uop._eager_key is not None  # it keeps its schedule-cache key
+    assert deferred.uop.chain_key is not None  # it keeps its schedule-cache key
 
 
 def test_results_are_fresh_buffers_and_correct_every_call(device: str) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from tinycore.dtype import dtypes
 from tinycore.engine import realize as realize_module
-from tinycore.engine.schedule import schedule_stats
+from tinycore.engine.schedule_cache import schedule_stats
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Variable

@@ -276,7 +276,7 @@ def test_fuzz_graphs_clang(clang: str, recipe: tuple) -> None:
 def test_planner_shares_memory_in_a_chain() -> None:
     """The mode switch really changes something: with the planner, internal buffers of a chain of realize points
     share one arena; without it, each has memory of its own. Results are identical."""
-    from tinycore.engine.schedule import clear_schedule_cache
+    from tinycore.engine.schedule_cache import clear_schedule_cache
 
     def build() -> Tensor:
         x = Tensor(_fresh_np((16, 16), 0), device="PYTHON")

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinycore.codegen import KernelOptError, get_kernel, get_program
-from tinycore.codegen.search import actions
 from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.exec_item import CompiledRunner
+from tinycore.engine.search import actions
 from tinycore.runtime.python_device import PythonRenderer
 from tinycore.uop.ops import Ops, UOp
 

@@ -61,7 +61,7 @@ def test_import_tinycore_imports_no_plugin_numpy_or_vendor_library(run_python, t
 def test_importing_the_registry_discovers_nothing(run_python, tmp_path):
     code = """
     import sys
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
     from tinycore.plugin.manager import get_manager
     print(sorted(m for m in sys.modules if m.startswith("tinycore_") or m.endswith("python_plugin")))
     print(get_manager()._records is None)

@@ -13,7 +13,8 @@ from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine import memory
 from tinycore.engine.memory import ALIGNMENT, lower_bound, memory_planner, plan_lifetimes
-from tinycore.engine.schedule import ScheduleItem, buffer_of
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule import ScheduleItem
 from tinycore.tensor import Tensor
 
 pytestmark = pytest.mark.usefixtures("python_default_device")

@@ -11,7 +11,8 @@ import pytest
 
 from tinycore.engine.multi import MultiDeviceError, shard_sizes
 from tinycore.engine.realize import run_schedule
-from tinycore.engine.schedule import buffer_of, schedule_stats
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule_cache import schedule_stats
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinycore.engine.realize import run_schedule
-from tinycore.engine.schedule import clear_schedule_cache, schedule_stats
+from tinycore.engine.schedule_cache import clear_schedule_cache, schedule_stats
 from tinycore.helpers import Context, GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tinycore.dtype import dtypes
-from tinycore.tensor import Tensor, _to_np_dtype
+from tinycore.frontend.tensor import _to_np_dtype
+from tinycore.tensor import Tensor
 
 VALUES = [[-2.7, -0.5, 0.0], [0.49, 1.5, 300.25]]
 

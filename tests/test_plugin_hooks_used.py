@@ -13,7 +13,7 @@ from tinycore.dtype import dtypes
 from tinycore.errors import DevicePluginError
 from tinycore.plugin import ProbeResult, hookimpl
 from tinycore.plugin.hookspecs import DeviceHookSpecs
-from tinycore.plugin.manager import PluginManager
+from tinycore.plugin.manager import DevicePlugins
 from tinycore.runtime.python_device import PythonRenderer
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.patterns import PatternMatcher, UPat
@@ -92,7 +92,7 @@ class RulesPlugin:
 
 
 def opened_with(plugin):
-    manager = PluginManager(entry_points=[])
+    manager = DevicePlugins(entry_points=[])
     manager.register_plugin(plugin, "DOUBLER", distribution="tinycore-doubler", version="0.1.0")
     return manager.open_device("DOUBLER")
 
@@ -129,8 +129,8 @@ class DoctorPlugin:
         return self.checks
 
 
-def checks_of(plugin) -> tuple[PluginManager, list[DoctorCheck]]:
-    manager = PluginManager(entry_points=[])
+def checks_of(plugin) -> tuple[DevicePlugins, list[DoctorCheck]]:
+    manager = DevicePlugins(entry_points=[])
     manager.register_plugin(plugin, "DOCTORED", distribution="tinycore-doctored", version="0.3.0")
     return manager, doctor_checks(manager)
 
@@ -210,8 +210,8 @@ class BadPartsPlugin:
         return (self.renderer, None)
 
 
-def bad_parts_manager(renderer) -> PluginManager:
-    manager = PluginManager(entry_points=[])
+def bad_parts_manager(renderer) -> DevicePlugins:
+    manager = DevicePlugins(entry_points=[])
     manager.register_plugin(BadPartsPlugin(renderer), "BADPARTS", distribution="tinycore-badparts", version="0.2.0")
     return manager
 

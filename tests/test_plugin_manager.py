@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from tinycore.device import DeviceRegistry
 from tinycore.errors import (
     CompileError,
     DeviceError,
@@ -19,7 +20,7 @@ from tinycore.errors import (
 )
 from tinycore.plugin import PLUGIN_API_VERSION, ProbeResult, hookimpl
 from tinycore.plugin.manager import (
-    PluginManager,
+    DevicePlugins,
     PluginState,
     _fallback_spec_contains,
     _install_fix,
@@ -29,7 +30,6 @@ from tinycore.plugin.manager import (
     requirement_applies,
     unmet_specifiers,
 )
-from tinycore.plugin.registry import DeviceRegistry
 
 # -- names -------------------------------------------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class FakePlugin:
 def manager(monkeypatch):
     for knob in ("DEV", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS", "TINYCORE_STRICT_PLUGINS"):
         monkeypatch.delenv(knob, raising=False)
-    return PluginManager(entry_points=[])
+    return DevicePlugins(entry_points=[])
 
 
 def test_register_probe_open_and_cache(manager):
@@ -260,7 +260,7 @@ def test_probe_exception_becomes_unavailable_unless_strict(manager, monkeypatch)
     manager.register_plugin(FakePlugin("BOOM", probe=RuntimeError("probe bug")), "BOOM", distribution="tinycore-boom")
     probe = manager.probe("BOOM")
     assert not probe.ok and "probe bug" in probe.reason and "tinycore-boom" in probe.hint
-    strict = PluginManager(entry_points=[])
+    strict = DevicePlugins(entry_points=[])
     monkeypatch.setenv("TINYCORE_STRICT_PLUGINS", "1")
     strict.register_plugin(FakePlugin("BOOM", probe=RuntimeError("probe bug")), "BOOM")
     with pytest.raises(DevicePluginError, match="probe bug") as info:

@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_python_device_end_to_end(run_python, tmp_path):
     code = """
     from tinycore import Device
-    from tinycore.plugin.registry import Device as RegistryDevice
+    from tinycore.device import Device as RegistryDevice
     assert Device is RegistryDevice
     dev = Device["python"]
     assert Device["PYTHON:0"] is dev and dev.device == "PYTHON"

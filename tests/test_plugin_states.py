@@ -12,7 +12,7 @@ import pytest
 
 REQUEST = """
 import json, sys
-from tinycore.plugin.registry import Device
+from tinycore.device import Device
 
 def describe(exc):
     facts = exc.as_dict() if hasattr(exc, "as_dict") else {"error": type(exc).__name__}
@@ -334,7 +334,7 @@ def test_open_hook_wins_over_factory_and_gets_ordinal(fake_site):
 def test_alias_canonicalizes_to_family(fake_site):
     add_plugin(fake_site, "tinycore-fakefamily", "FAKEFAMILY", aliases=("FAKENICK",))
     out = fake_site.run(
-        "from tinycore.plugin.registry import Device\n"
+        "from tinycore.device import Device\n"
         "print(Device.canonicalize('fakenick:2'), Device.canonicalize('FAKENICK:0'), Device['fakenick'].device)"
     )
     assert out.returncode == 0, out.stderr
@@ -347,7 +347,7 @@ def test_default_skips_failed_plugins_with_warning(fake_site):
         entry_points={"tinycore.devices": {"FAKEWARN": "fake_warn_plugin"}},
         modules={"fake_warn_plugin": "raise ImportError('nope')\n"},
     )
-    out = fake_site.run("from tinycore.plugin.registry import Device; print(Device.DEFAULT)")
+    out = fake_site.run("from tinycore.device import Device; print(Device.DEFAULT)")
     assert out.returncode == 0, out.stderr
     assert "FAKEWARN (failed" in out.stderr and "tinycore plugins -v" in out.stderr
 

@@ -105,7 +105,7 @@ def test_pip_installed_plugin_opens_and_reports(wheel_site, run_python):
     import sys
     import tinycore
     assert not [m for m in sys.modules if m.startswith("tinycore_wheeltest")], "import tinycore imported a plugin"
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
     device = Device["wt:1"]
     print(type(device).__name__, device.device, Device.canonicalize("wt"), Device.manager.report_info("WHEELTEST"))
     """

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import tinycore
-from tinycore.device import Buffer, Compiled
+from tinycore.device import Buffer, Compiled, Device
 from tinycore.dtype import ALL_SCALARS, dtypes
 from tinycore.errors import CompileError
 from tinycore.plugin import ProbeResult
-from tinycore.plugin.manager import PluginManager, reset_manager
-from tinycore.plugin.registry import Device
+from tinycore.plugin.manager import DevicePlugins, reset_manager
 from tinycore.runtime import python_plugin
 from tinycore.runtime.python_device import (
     PythonAllocator,
@@ -37,7 +36,7 @@ def registry(monkeypatch):
         monkeypatch.delenv(knob, raising=False)
     ep = EntryPoint(name="PYTHON", value="tinycore.runtime.python_plugin", group="tinycore.devices")
     Device.reset()
-    reset_manager(PluginManager(entry_points=[ep]))
+    reset_manager(DevicePlugins(entry_points=[ep]))
     yield Device
     Device.reset()
     reset_manager()

@@ -1,5 +1,5 @@
 """One-pass rows on CPU-style devices: a reduce over the last axis of short rows whose result is only broadcast back
-stays in the kernel that uses it (`Renderer.row_reduce_bytes`, `_Scheduler._row_reduces`), and a reduce body the
+stays in the kernel that uses it (`Renderer.row_reduce_bytes`, `FusionGraph._row_reduces`), and a reduce body the
 output needs again is kept in a row-sized register array (`tinycore.codegen.stash`). Softmax, log-softmax, layernorm
 become one kernel each; numerics against torch, forward and backward, on odd shapes."""
 

@@ -6,14 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tinycore.dtype import dtypes
-from tinycore.engine import schedule as sched
-from tinycore.engine.schedule import (
-    ScheduleItem,
-    buffer_of,
-    create_schedule_with_vars,
-    new_buffer_uop,
-    schedule_stats,
-)
+from tinycore.engine import realized, schedule_cache
+from tinycore.engine.realized import buffer_of, new_buffer_uop
+from tinycore.engine.schedule import ScheduleItem, create_schedule_with_vars
+from tinycore.engine.schedule_cache import schedule_stats
 from tinycore.tensor import Tensor
 from tinycore.uop import patterns
 from tinycore.uop.ops import GroupOp, Ops, UOp, Variable
@@ -293,7 +289,7 @@ def test_assign_into_a_view() -> None:
 
 
 def test_cache_hit_runs_no_rewrite(count_rewrites: list[str | None]) -> None:
-    sched.clear_schedule_cache()
+    schedule_cache.clear_schedule_cache()
     a1, b1 = rand(8, 8), rand(8)
     (a1 @ a1.T + b1).softmax(-1).schedule()
     assert count_rewrites, "a miss must run the scheduler's passes"
@@ -317,19 +313,20 @@ def test_cache_hit_gives_new_output_buffers() -> None:
 
 def test_cache_key_ignores_buffer_identity_but_not_aliasing() -> None:
     a, b = rand(4), rand(4)
-    k_ab = sched._Walk([(a + b).uop]).key
+    k_ab = schedule_cache.KeyWalk([(a + b).uop]).key
     c, d = rand(4), rand(4)
-    assert sched._Walk([(c + d).uop]).key == k_ab
-    assert sched._Walk([(c + c).uop]).key != k_ab  # one buffer read twice is a different program
-    assert sched._Walk([(c + 2).uop]).key != sched._Walk([(c + 1).uop]).key
-    assert sched._Walk([(Tensor.empty(4, dtype=dtypes.int32) + 1).uop]).key != sched._Walk([(c + 1).uop]).key
+    assert schedule_cache.KeyWalk([(c + d).uop]).key == k_ab
+    assert schedule_cache.KeyWalk([(c + c).uop]).key != k_ab  # one buffer read twice is a different program
+    assert schedule_cache.KeyWalk([(c + 2).uop]).key != schedule_cache.KeyWalk([(c + 1).uop]).key
+    int_key = schedule_cache.KeyWalk([(Tensor.empty(4, dtype=dtypes.int32) + 1).uop]).key
+    assert int_key != schedule_cache.KeyWalk([(c + 1).uop]).key
 
 
 def test_cache_key_strips_bind_values() -> None:
     v = Variable("n", 1, 10)
     x = rand(4)
-    k3 = sched._Walk([(x + Tensor(v.bind(3)).cast(dtypes.float)).uop])
-    k7 = sched._Walk([(x + Tensor(v.bind(7)).cast(dtypes.float)).uop])
+    k3 = schedule_cache.KeyWalk([(x + Tensor(v.bind(3)).cast(dtypes.float)).uop])
+    k7 = schedule_cache.KeyWalk([(x + Tensor(v.bind(7)).cast(dtypes.float)).uop])
     assert k3.key == k7.key
     assert k3.var_vals == {"n": 3} and k7.var_vals == {"n": 7}
 
@@ -367,7 +364,7 @@ def test_create_schedule_with_vars_needs_a_sink() -> None:
 
 def test_stats_count_hits_and_misses() -> None:
     schedule_stats.reset()
-    sched.clear_schedule_cache()
+    schedule_cache.clear_schedule_cache()
     (rand(3) * 7).schedule()
     (rand(3) * 7).schedule()
     assert (schedule_stats.misses, schedule_stats.hits) == (1, 1)
@@ -396,11 +393,11 @@ def test_deep_graph_key_does_not_depend_on_the_walk_strategy() -> None:
             x = x * 2.0 + float(i % 7)
         return x
 
-    recursive = sched._Walk([chain(rand(4)).uop]).key
+    recursive = schedule_cache.KeyWalk([chain(rand(4)).uop]).key
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(len(__import__("inspect").stack()) + 60)  # too shallow for 300 nested visits
     try:
-        iterative = sched._Walk([chain(rand(4)).uop]).key
+        iterative = schedule_cache.KeyWalk([chain(rand(4)).uop]).key
     finally:
         sys.setrecursionlimit(limit)
     assert iterative == recursive
@@ -421,11 +418,11 @@ def test_the_computed_node_under_an_output_view_is_reused_only_when_it_matches()
 
 
 def test_schedule_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    sched.clear_schedule_cache()
-    monkeypatch.setattr(sched, "SCHEDULE_CACHE_LIMIT", 3)
+    schedule_cache.clear_schedule_cache()
+    monkeypatch.setattr(schedule_cache, "SCHEDULE_CACHE_LIMIT", 3)
     for i in range(5):
         (rand(2) * float(i)).schedule()  # a new constant each time: a new key
-    assert len(sched._schedule_cache) == 3
+    assert len(schedule_cache.schedule_cache) == 3
 
 
 def test_schedule_does_not_keep_the_graph_alive() -> None:
@@ -450,9 +447,9 @@ def test_writing_a_buffer_drops_values_computed_from_it() -> None:
     y = alias + 1
     keep = y.uop
     y.schedule()
-    assert sched.realized_view(keep) is not None
+    assert realized.realized_view(keep) is not None
     x.assign(x * 2).schedule()
-    assert sched.realized_view(keep) is None  # (alias + 1) must be recomputed from the new contents
+    assert realized.realized_view(keep) is None  # (alias + 1) must be recomputed from the new contents
     (si,) = (alias + 1).schedule()
     assert buffer_of(alias.uop) in si.bufs
 
@@ -462,8 +459,8 @@ def test_buffer_written_hook() -> None:
     y = x + 5
     keep = y.uop
     y.schedule()
-    sched.buffer_written(buffer_of(x.uop))
-    assert sched.realized_view(keep) is None
+    realized.buffer_written(buffer_of(x.uop))
+    assert realized.realized_view(keep) is None
 
 
 def test_contiguous_of_an_assign_reads_the_assigned_value():

@@ -1,5 +1,5 @@
 """Scheduler realize decisions that keep work from being recomputed: a costly value of other kernels' outputs that
-is broadcast into a reduce is computed once (`_Scheduler._mark_broadcast_into_reduce`), the max of a softmax builds
+is broadcast into a reduce is computed once (`FusionGraph._mark_broadcast_into_reduce`), the max of a softmax builds
 no gradient graph, and an optimizer update reads its target's old contents without copying it first."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import torch
 
 from tinycore.device import renderer_setting
 from tinycore.engine.realize import run_schedule
-from tinycore.engine.schedule import ScheduleItem, buffer_of
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule import ScheduleItem
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
 

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from tinycore.dtype import dtypes
-from tinycore.engine.schedule import _view_base, buffer_of, clear_schedule_cache, schedule_stats
+from tinycore.engine.realized import buffer_of
+from tinycore.engine.schedule_cache import clear_schedule_cache, schedule_stats
+from tinycore.engine.views import view_base
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, Variable
 
@@ -23,7 +25,7 @@ def _data(*shape: int, seed: int = 0) -> np.ndarray:
 
 
 def _buffer_size(t: Tensor) -> int:
-    return buffer_of(_view_base(t.uop)).size
+    return buffer_of(view_base(t.uop)).size
 
 
 def test_symbolic_output_is_sized_by_the_maximum_and_cached(device: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 from tinycore.device import Device
 from tinycore.dtype import dtypes
 from tinycore.engine import realize as realize_module
-from tinycore.engine.schedule import buffer_of
+from tinycore.engine.realized import buffer_of
 from tinycore.helpers import GlobalCounters
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
@@ -382,7 +382,7 @@ def test_rand_is_uniform_deterministic_and_advances() -> None:
 
 
 def test_rand_is_one_cached_schedule() -> None:
-    from tinycore.engine.schedule import schedule_stats
+    from tinycore.engine.schedule_cache import schedule_stats
 
     Tensor.rand(8).realize()
     misses = schedule_stats.misses

@@ -14,8 +14,7 @@ import importlib
 from typing import Any
 
 from tinycore.helpers import Context, GlobalCounters, getenv
-
-__version__ = "0.1.0"
+from tinycore.version import __version__ as __version__
 
 # public name -> module that defines it (imported lazily on first access)
 _LAZY_EXPORTS = {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tinycore.plugin.manager import PluginManager
+    from tinycore.plugin.manager import DevicePlugins
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ class DoctorContext:
     """What the checks of one device share: its requested name, the manager, and the opened device once known."""
 
     name: str
-    manager: PluginManager
+    manager: DevicePlugins
     device: Any = None
     facts: dict[str, Any] = field(default_factory=dict)
 
@@ -87,7 +87,7 @@ def _check_probe(ctx: DoctorContext) -> str:
 
 
 def _check_open(ctx: DoctorContext) -> str:
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
 
     ctx.device = Device[ctx.name]
     return f"{type(ctx.device).__name__} {getattr(ctx.device, 'device', ctx.name)}"
@@ -151,7 +151,7 @@ def _plugin_check(check: DoctorCheck, label: str, maintainers: str) -> DoctorChe
     return DoctorCheck(check.name, run)
 
 
-def doctor_checks(manager: PluginManager) -> list[DoctorCheck]:
+def doctor_checks(manager: DevicePlugins) -> list[DoctorCheck]:
     """Core's `DOCTOR_CHECKS`, then every plugin's ``tinycore_doctor_checks`` answer, in plugin order (collected like
     every collect hook: a hook that raises is skipped with a RuntimeWarning). An answer that is not a list of
     `DoctorCheck`s becomes a check failing on every device, naming the plugin."""
@@ -175,7 +175,7 @@ def _failing(reason: str, fix_target: str) -> Callable[[DoctorContext], str]:
     return run
 
 
-def run_checks(name: str, manager: PluginManager, checks: Sequence[DoctorCheck] | None = None) -> dict[str, Any]:
+def run_checks(name: str, manager: DevicePlugins, checks: Sequence[DoctorCheck] | None = None) -> dict[str, Any]:
     """Run the doctor checks on device ``name`` (default: `doctor_checks`, core's and the plugins'); a JSON-ready
     dict with ``status`` PASS or FAIL and each check."""
     from tinycore.errors import DeviceError

@@ -59,6 +59,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tinycore.backend.compiler import Compiler, KernelImage
+    from tinycore.backend.disk_cache import disk_get, disk_put
     from tinycore.cli import (
         DOCTOR_CHECKS,
         CheckFailed,
@@ -83,7 +85,7 @@ if TYPE_CHECKING:
     from tinycore.distributed.group import CollectiveCall, DistributedError
     from tinycore.dtype import ALL_SCALARS, AddrSpace, DType, PtrDType, dtypes
     from tinycore.engine.exec_item import CompiledRunner, ExecItem, Runner
-    from tinycore.engine.graph import GraphRunner, GraphUpdate
+    from tinycore.engine.graph_runner import GraphRunner, GraphUpdate
     from tinycore.errors import (
         CompileError,
         DeviceError,
@@ -105,8 +107,6 @@ if TYPE_CHECKING:
     from tinycore.plugin.placeholder import PlaceholderHooks
     from tinycore.renderer import Estimates, ProgramSpec, Renderer, TensorCore, c_identifier, kernel_function_name
     from tinycore.renderer.cstyle import CDialect, CRenderError, CStyleRenderer, KernelWriter, index_only_values
-    from tinycore.runtime.compiler import Compiler, KernelImage
-    from tinycore.runtime.disk_cache import disk_get, disk_put
     from tinycore.uop.ops import AxisType, GroupOp, Ops, UOp
     from tinycore.uop.patterns import PatternMatcher, UPat
 
@@ -143,10 +143,10 @@ _EXPORTS: dict[str, str] = {
     "CRenderError": "tinycore.renderer.cstyle",
     "KernelWriter": "tinycore.renderer.cstyle",
     "index_only_values": "tinycore.renderer.cstyle",
-    "Compiler": "tinycore.runtime.compiler",
-    "KernelImage": "tinycore.runtime.compiler",
-    "disk_get": "tinycore.runtime.disk_cache",
-    "disk_put": "tinycore.runtime.disk_cache",
+    "Compiler": "tinycore.backend.compiler",
+    "KernelImage": "tinycore.backend.compiler",
+    "disk_get": "tinycore.backend.disk_cache",
+    "disk_put": "tinycore.backend.disk_cache",
     # the IR
     "UOp": "tinycore.uop.ops",
     "Ops": "tinycore.uop.ops",
@@ -160,8 +160,8 @@ _EXPORTS: dict[str, str] = {
     "dtypes": "tinycore.dtype",
     "ALL_SCALARS": "tinycore.dtype",
     # JIT replay
-    "GraphRunner": "tinycore.engine.graph",
-    "GraphUpdate": "tinycore.engine.graph",
+    "GraphRunner": "tinycore.engine.graph_runner",
+    "GraphUpdate": "tinycore.engine.graph_runner",
     "Runner": "tinycore.engine.exec_item",
     "CompiledRunner": "tinycore.engine.exec_item",
     "ExecItem": "tinycore.engine.exec_item",

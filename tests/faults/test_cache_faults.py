@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tinycore import Tensor
+from tinycore.backend import disk_cache
 from tinycore.engine.realize import clear_runner_cache
-from tinycore.runtime import disk_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

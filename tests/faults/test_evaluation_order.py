@@ -187,7 +187,7 @@ def test_a_realized_view_made_by_an_op_is_not_a_reader():
 
 
 def test_a_deferred_eager_chain_made_before_a_tinyjit_capture_keeps_its_value():
-    from tinycore import tensor as tensor_module
+    from tinycore.frontend import tensor as tensor_module
 
     w = _buf([1.0, 2.0, 3.0])
 

@@ -13,7 +13,7 @@ import pytest
 from tinycore.errors import DevicePluginError, DeviceUnavailableError
 from tinycore.plugin import ProbeResult, hookimpl
 from tinycore.plugin import manager as manager_module
-from tinycore.plugin.manager import PluginManager, PluginState
+from tinycore.plugin.manager import DevicePlugins, PluginState
 
 LIMIT = 0.5  # seconds: TINYCORE_PROBE_TIMEOUT in these tests
 SLACK = 3.0  # generous bound on thread start/join overhead on a loaded 2-core machine
@@ -61,7 +61,7 @@ def manager(monkeypatch):
     for knob in ("DEV", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS", "TINYCORE_STRICT_PLUGINS"):
         monkeypatch.delenv(knob, raising=False)
     monkeypatch.setenv("TINYCORE_PROBE_TIMEOUT", str(LIMIT))
-    return PluginManager(entry_points=[])
+    return DevicePlugins(entry_points=[])
 
 
 def _register(manager, plugin):

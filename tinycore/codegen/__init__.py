@@ -1,17 +1,17 @@
 """Code generation: a kernel AST in, a linearized `ProgramSpec` out (docs/pipeline.md §2-§4).
 
-`get_program(ast, renderer, opts)` runs, each step a named (traceable) rewrite pass where it is one:
+`get_program(ast, renderer, opts)` runs three steps:
 
-1. `lowerer.lower_ast`: ranges for the output shape, indices pushed through movement ops to every LOAD, REDUCE_AXIS
-   as REDUCE over new reduce ranges, indices simplified; on CPU-style renderers with ``row_reduce_bytes``,
-   `stash.stash_reduce_values` keeps a reduce body the output needs again in a row-sized register array;
-2. `kernel.Kernel`: the kernel's axes; `opts` (a list of `Opt`, or the hand-coded heuristics of
-   ``tinycore.codegen.heuristic`` when that module exists and ``NOOPT`` is off) are applied as axis splits;
-   `Kernel.get_optimized_sink` maps axes to launch ids / loops / shared memory / registers;
-3. decompositions of ops the renderer doesn't list in `Renderer.native_ops`
-   (``tinycore.codegen.decompositions.decomposition_rules``; skipped while that module doesn't exist);
-4. `estimates.estimate`, then index dtypes (int32, int64 where a value range needs it), then
-   `linearize.linearize`.
+1. `get_kernel`: `lowerer.lower_ast` (ranges for the output shape, indices pushed through movement ops to every
+   LOAD, REDUCE_AXIS as REDUCE over new reduce ranges, indices simplified); on CPU-style renderers with
+   ``row_reduce_bytes``, `stash.stash_reduce_values` (a reduce body the output needs again kept in a row-sized
+   register array); the renderer's ``extra_rules[lower]``. The result is a `kernel.Kernel`: the kernel's axes;
+2. optimization: `opts` (a list of `Opt`: a BEAM search's, which the engine runs on the device with ``BEAM>=1``,
+   see `tinycore.engine.search`), else the hand-coded heuristics of `tinycore.codegen.heuristic` (none with
+   ``NOOPT``), applied to the `Kernel` as axis splits;
+3. `program_from_kernel`: `passes.lower_kernel` runs `passes.KERNEL_PASSES`, the recipe that lists by name and in
+   order every pass from the optimized kernel to the linearized uops (expand, launch ids, reduces, decompositions,
+   estimates, index dtypes, linearize...), and the `ProgramSpec` is built from its result.
 
 >>> from tinycore.dtype import dtypes
 >>> from tinycore.uop.ops import UOp, Ops
@@ -27,19 +27,25 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import time
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tinycore.codegen.passes import (
+    KERNEL_PASSES,
+    REWRITE_STAGES,
+    _stage_done,
+    _stage_start,
+    apply_extra_rules,
+    lower_kernel,
+    record_stage_times,
+)
 
 if TYPE_CHECKING:
     from tinycore.renderer import ProgramSpec, Renderer
     from tinycore.uop.ops import UOp
 
 __all__ = [
+    "KERNEL_PASSES",
     "Kernel",
     "KernelOptError",
     "Opt",
@@ -47,44 +53,10 @@ __all__ = [
     "OptOps",
     "get_kernel",
     "get_program",
+    "lower_kernel",
     "program_from_kernel",
     "record_stage_times",
 ]
-
-# while `record_stage_times` is active: stage name -> seconds spent in it (summed over every program built)
-_stage_times: dict[str, float] | None = None
-_clock: Callable[[], float] = time.perf_counter
-
-
-@contextlib.contextmanager
-def record_stage_times(clock: Callable[[], float] = time.perf_counter) -> Iterator[dict[str, float]]:
-    """Collect how long each code-generation stage takes while active: the yielded dict maps ``lower``,
-    ``optimize`` (heuristics or BEAM, and applying the opts), ``expand`` (`Kernel.get_optimized_sink`),
-    ``decompose`` and ``linearize`` (bounds check, estimates, index dtypes, ordering) to seconds of `clock`
-    (``time.thread_time`` gives CPU seconds, steadier on a busy machine), summed over every `get_program` /
-    `program_from_kernel` call inside the block. Used by ``bench/bench_compile.py``.
-
-    >>> with record_stage_times() as times:
-    ...     pass
-    >>> times
-    {}
-    """
-    global _stage_times, _clock
-    previous = _stage_times, _clock
-    _stage_times, _clock = {}, clock
-    try:
-        yield _stage_times
-    finally:
-        _stage_times, _clock = previous
-
-
-def _stage_done(stage: str, start: float) -> float:
-    """Add the time since `start` to `stage` when recording; returns now (the next stage's start)."""
-    now = _clock()
-    if _stage_times is not None:
-        _stage_times[stage] = _stage_times.get(stage, 0.0) + now - start
-    return now
-
 
 # documented cache: display name -> {structural AST key: suffix number}, so different ASTs get different names
 _NAMES: dict[str, dict[bytes, int]] = {}
@@ -100,85 +72,23 @@ def _unique_name(name: str, ast: UOp) -> str:
 
 
 def _apply_default_opts(k: Kernel) -> None:
-    """The optimizer's hook, applied to the fresh kernel `k`: nothing with ``NOOPT``; the opts of a BEAM search
-    (`tinycore.codegen.search.beam_search`, timed on the renderer's device with random buffers) with ``BEAM>=1``;
-    else the hand-coded heuristics of ``tinycore.codegen.heuristic`` when that module exists (they apply each opt
-    to `k` as they choose it, so nothing is replayed)."""
-    from tinycore.helpers import BEAM, NOOPT
+    """The default optimization of the fresh kernel `k`: nothing with ``NOOPT``, else the hand-coded heuristics of
+    `tinycore.codegen.heuristic` (they apply each opt to `k` as they choose it, so nothing is replayed). A BEAM
+    search needs the device to time candidates on, so the engine runs it and passes its opts in
+    (`tinycore.engine.search.kernel_program`)."""
+    from tinycore.helpers import NOOPT
 
     if NOOPT:
         return
-    if BEAM >= 1:
-        from tinycore.codegen.search import beam_search
+    from tinycore.codegen.heuristic import hand_coded_optimizations
 
-        k.apply_opts(list(beam_search(k.copy(), None, int(BEAM.value)).applied_opts))
-        return
-    try:
-        heuristic = importlib.import_module("tinycore.codegen.heuristic")
-    except ModuleNotFoundError as error:
-        if error.name == "tinycore.codegen.heuristic":
-            return
-        raise
-    heuristic.hand_coded_optimizations(k)
-
-
-def _decompose(sink: UOp, renderer: Renderer) -> UOp:
-    try:
-        decompositions = importlib.import_module("tinycore.codegen.decompositions")
-    except ModuleNotFoundError as error:
-        if error.name == "tinycore.codegen.decompositions":
-            return sink
-        raise
-    decomposition_rules = decompositions.decomposition_rules
-    from tinycore.uop.patterns import graph_rewrite
-
-    return graph_rewrite(sink, decomposition_rules(frozenset(renderer.native_ops)), name="decompositions")
-
-
-# the lowering stages a renderer's `extra_rules` may name: each runs its rules at the end of that stage
-REWRITE_STAGES: tuple[str, ...] = ("lower", "expand", "decompose", "linearize")
-
-
-def _apply_extra_rules(sink: UOp, renderer: Renderer | None, stage: str) -> UOp:
-    """`sink` rewritten with ``renderer.extra_rules[stage]`` (unchanged when there are none). An unknown stage name
-    in `extra_rules` raises a ValueError naming the renderer, its device and the valid stages."""
-    rules = renderer.extra_rules if renderer is not None else None
-    if not rules:
-        return sink
-    unknown = sorted(set(rules) - set(REWRITE_STAGES))
-    if unknown:
-        raise ValueError(
-            f"{type(renderer).__module__}.{type(renderer).__name__} (device {renderer.device}) declares extra_rules "
-            f"for unknown lowering stage(s) {', '.join(map(repr, unknown))}; valid stages: {', '.join(REWRITE_STAGES)}"
-        )
-    pm = rules.get(stage)
-    if pm is None:
-        return sink
-    from tinycore.uop.patterns import graph_rewrite
-
-    return graph_rewrite(sink, pm, name=f"{renderer.device} extra_rules[{stage}]")
-
-
-def _keep_all_buffer_args(uops: list[UOp], ast: UOp | None) -> list[UOp]:
-    """`uops` with a `DEFINE_GLOBAL` for every buffer argument of `ast`, in argument order, first.
-
-    A load can fold away (a PAD of an empty buffer, `x*0`), but the schedule still binds one buffer per argument of
-    the AST, so the program's signature must keep every argument even when the kernel no longer reads it.
-    """
-    from tinycore.uop.ops import Ops
-
-    if ast is None:
-        return uops
-    present = {u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL}
-    missing = [u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL and u.arg not in present]
-    if not missing:
-        return uops
-    defines = sorted([u for u in uops if u.op is Ops.DEFINE_GLOBAL] + missing, key=lambda u: u.arg)
-    return defines + [u for u in uops if u.op is not Ops.DEFINE_GLOBAL]
+    hand_coded_optimizations(k)
 
 
 def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
-    """The lowered kernel of `ast` as a `Kernel` (no optimization applied yet): the optimizer's entry point."""
+    """The lowered kernel of `ast` as a `Kernel` (no optimization applied yet): the optimizer's entry point.
+    `lowerer.lower_ast`, then (CPU-style renderers with ``row_reduce_bytes``) `stash.stash_reduce_values`, then the
+    renderer's ``extra_rules[lower]``."""
     from tinycore.codegen.lowerer import lower_ast
 
     sink = lower_ast(ast)
@@ -186,25 +96,9 @@ def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
         from tinycore.codegen.stash import stash_reduce_values
 
         sink = stash_reduce_values(sink, renderer.row_reduce_bytes)
-    k = Kernel(_apply_extra_rules(sink, renderer, "lower"), renderer)
+    k = Kernel(apply_extra_rules(sink, renderer, "lower"), renderer)
     k.ast = ast
     return k
-
-
-def _check_bounds(sink: UOp) -> None:
-    from tinycore.dtype import AddrSpace, PtrDType
-    from tinycore.uop.ops import Ops
-
-    for u in sink.toposort():
-        if u.op is Ops.INDEX and len(u.src) == 2 and isinstance(u.src[0].dtype, PtrDType):
-            size = u.src[0].dtype.size
-            if u.src[0].dtype.addrspace is AddrSpace.GLOBAL and size >= 0:
-                idx = u.src[1]
-                if idx.vmin < 0 or idx.vmax >= size:
-                    raise IndexError(
-                        f"index {idx.render()} of buffer {u.src[0].arg} can be out of bounds "
-                        f"[{idx.vmin}, {idx.vmax}] for size {size}"
-                    )
 
 
 def _check_dtypes(ast: UOp, renderer: Renderer) -> None:
@@ -229,7 +123,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
     """Lower, optimize (with `opts`, or the default heuristics when None) and linearize the kernel AST `ast` (a
     SINK of STOREs, docs/pipeline.md §2) for `renderer`. The caller renders and compiles the result
     (`CompiledRunner`). Raises `KernelOptError` when an opt doesn't apply, `LoweringError` for a malformed AST."""
-    start = _clock()
+    start = _stage_start()
     _check_dtypes(ast, renderer)
     k = get_kernel(ast, renderer)
     start = _stage_done("lower", start)
@@ -242,36 +136,18 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
 
 
 def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
-    """The `ProgramSpec` of an optimized `Kernel` (its opts already applied): the second half of `get_program`.
-    `name` overrides the display name (default: the kernel's name, made unique per AST)."""
-    from tinycore.codegen.estimates import estimate
-    from tinycore.codegen.linearize import linearize
-    from tinycore.helpers import DEBUG, IGNORE_OOB, SPEC
+    """The `ProgramSpec` of an optimized `Kernel` (its opts already applied): the second half of `get_program`, the
+    passes of `tinycore.codegen.passes.KERNEL_PASSES` (`lower_kernel`). `name` overrides the display name
+    (default: the kernel's name, made unique per AST)."""
     from tinycore.renderer import ProgramSpec
-    from tinycore.uop.ops import Ops, print_uops
-    from tinycore.uop.symbolic import lower_index_dtype
+    from tinycore.uop.ops import Ops
 
     renderer = k.renderer
     assert renderer is not None, "program_from_kernel needs a Kernel with a renderer"
     if name is None:
         name = _unique_name(k.name, k.ast if k.ast is not None else k.base_sink)
-    start = _clock()
-    sink = _apply_extra_rules(k.get_optimized_sink(), renderer, "expand")
-    start = _stage_done("expand", start)
-    sink = _apply_extra_rules(_decompose(sink, renderer), renderer, "decompose")
-    start = _stage_done("decompose", start)
-    if not IGNORE_OOB:
-        _check_bounds(sink)
-    estimates = estimate(sink, k.global_size, k.local_size)
-    sink = _apply_extra_rules(lower_index_dtype(sink, renderer.index_bits), renderer, "linearize")
-    uops = _keep_all_buffer_args(linearize(sink), k.ast)
-    if SPEC >= 1:
-        from tinycore.uop.spec import type_verify
-
-        type_verify(uops, "program", pass_name="linearize")
-    if DEBUG >= 6:
-        print_uops(uops)
-    _stage_done("linearize", start)
+    lowered = lower_kernel(k)
+    uops = lowered.uops
     ins = sorted(
         {
             u.src[0].src[0].arg
@@ -290,10 +166,10 @@ def program_from_kernel(k: Kernel, name: str | None = None) -> ProgramSpec:
         name,
         uops,
         renderer.device,
-        global_size=k.global_size,
-        local_size=k.local_size,
+        global_size=lowered.global_size,
+        local_size=lowered.local_size,
         vars=[u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR],
         ins=ins,
         outs=outs,
-        estimates=estimates,
+        estimates=lowered.estimates,
     )

@@ -1,6 +1,6 @@
 """Expansion of upcast axes: ``UPCAST`` (output) and ``UNROLL`` (reduce) ranges become lanes.
 
-Two strategies, chosen by the renderer (`Kernel.get_optimized_sink` calls one of them):
+Two strategies, chosen by the renderer (the ``expand`` pass of `tinycore.codegen.passes` calls one of them):
 
 - `expand_scalar` (renderers without ``supports_float4``): every lane is a separate scalar copy of the code. An
   ``UNROLL`` axis folds its copies into the reduced value, an ``UPCAST`` axis repeats the stores.

@@ -4,7 +4,7 @@ A `Kernel` wraps a lowered kernel (see `tinycore.codegen.lowerer.lower_ast`): it
 graph, each with a size and an `AxisType`. Most optimizations (`Opt`) are **axis splits**: `Kernel.shift_to`
 replaces a range ``r`` of size ``n`` by ``r_outer * amount + r_new`` (or ``r_new * (n // amount) + r_outer`` with
 ``top=True``) where ``r_new`` has the new axis type; the rest of the graph is untouched, so no lowering is redone.
-`Kernel.get_optimized_sink` then turns axis types into code:
+The passes of `tinycore.codegen.passes.lower_kernel` then turn axis types into code:
 
 =================  ==============================================================================================
 axis type          becomes
@@ -54,6 +54,10 @@ Which axis `Opt.axis` names:
 
 ``arg`` of a split is the amount (0 means the whole axis).
 
+The passes that turn the axis types into code (the table above) are listed in order in
+`tinycore.codegen.passes.KERNEL_PASSES`; this module holds the kernel-specific ones (`loops_to_globals`,
+`group_reduces`, `map_launch_ids`, `pm_lower_vector_reduce`, `pm_wmma_accumulate` / `pm_wmma_fuse_accumulate`).
+
 >>> from tinycore.dtype import dtypes
 >>> from tinycore.uop.ops import UOp, Ops
 >>> from tinycore.codegen.lowerer import lower_ast
@@ -73,16 +77,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
-from tinycore.codegen.expander import affine_coefficients, expand_scalar, expand_vectors
-from tinycore.codegen.lowerer import (
-    lower_reduces,
-    map_nodes,
-    range_key,
-    reduce_identity,
-    scopes,
-    simplify_sink,
-    substitute_ranges,
-)
+from tinycore.codegen.expander import affine_coefficients
+from tinycore.codegen.lowerer import map_nodes, range_key, reduce_identity, scopes, substitute_ranges
 from tinycore.codegen.stash import is_stash_read
 from tinycore.dtype import AddrSpace, PtrDType, dtypes
 from tinycore.errors import TinycoreError
@@ -93,7 +89,18 @@ from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 if TYPE_CHECKING:
     from tinycore.renderer import Renderer, TensorCore
 
-__all__ = ["Kernel", "KernelOptError", "Opt", "OptOps", "TCCandidate"]
+__all__ = [
+    "GroupReduceCtx",
+    "Kernel",
+    "KernelOptError",
+    "Opt",
+    "OptOps",
+    "RegisterCtx",
+    "TCCandidate",
+    "group_reduces",
+    "loops_to_globals",
+    "map_launch_ids",
+]
 
 OUTPUT_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOCAL, AxisType.LOOP, AxisType.UPCAST)
 REDUCE_TYPES = (AxisType.GROUP_REDUCE, AxisType.REDUCE, AxisType.UNROLL)
@@ -187,7 +194,9 @@ def _check(cond: bool, msg: str) -> None:
 
 
 @dataclass
-class _FinalCtx:
+class GroupReduceCtx:
+    """What `group_reduces` allocates and knows: shared buffers, axis ids, the renderer's limits, the local ranges."""
+
     next_local: int = 0
     next_axis: int = 0
     shared_max: int = 0
@@ -203,8 +212,9 @@ class Kernel:
       before any optimization (the key of searches and caches); `ast`: the kernel AST when the caller set it;
     - `rngs` / `full_shape` / `axis_types`: the axes, output axes first, each group by axis id;
     - `apply_opt(opt)` validates and applies one `Opt` (raises `KernelOptError`), recording it in `applied_opts`;
-    - `get_optimized_sink()` returns the graph ready for linearization (launch ids, shared memory, registers),
-      and sets `global_size` / `local_size`.
+    - `tinycore.codegen.passes.lower_kernel(kernel)` turns the axes into code (launch ids, shared memory,
+      registers) and linearizes it; it sets `global_size` / `local_size` (`get_optimized_sink()` runs its passes
+      up to the simplified graph).
     """
 
     def __init__(self, sink: UOp, renderer: Renderer | None = None):
@@ -592,69 +602,61 @@ class Kernel:
     # ----- turning axis types into code
 
     def get_optimized_sink(self) -> UOp:
-        """The kernel graph ready for linearization: UPCAST/UNROLL axes expanded into vector lanes (or scalar copies),
-        group reduces through shared memory, output axes mapped to launch ids (``has_local``) or loops, REDUCEs as
-        register accumulators, indices simplified. Sets `global_size` and `local_size`."""
-        ren = self.renderer
-        if ren is not None and ren.supports_float4:
-            sink = expand_vectors(self.sink, ren.max_vector_access, ren.masked_access)
-        else:
-            try:
-                sink = expand_scalar(self.sink)
-            except ValueError as error:
-                raise KernelOptError(str(error)) from None
-        has_local = ren is not None and ren.has_local
-        if has_local:
-            sink = substitute_ranges(
-                sink,
-                {
-                    r: (g := r.replace(arg=(r.arg[0], AxisType.GLOBAL)), (g,))
-                    for r in sink.toposort()
-                    if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP
-                },
-            )
-        ctx = _FinalCtx(
-            next_axis=self._next_axis,
-            shared_max=ren.shared_max if ren is not None else 0,
-            warp_size=ren.warp_size if ren is not None else 0,
-        )
-        sink = _group_reduces(sink, ctx)
-        all_rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=range_key)
-        globals_ = [r for r in all_rngs if r.arg[1] is AxisType.GLOBAL]
-        locals_ = [r for r in all_rngs if r.arg[1] in _LOCAL_SET]
-        _check(has_local or not (globals_ or locals_), "the device has no launch ids for GLOBAL/LOCAL axes")
-        mapping: dict[UOp, UOp] = {}
-        threads = [r for r in all_rngs if r.arg[1] is AxisType.THREAD]
-        for r in threads:  # CPU threads: one SPECIAL("core_id"), global_size[0] of them
-            mapping[r] = UOp.special(_size(r), "core_id")
-        gsz = _launch_ids(globals_, "gidx", mapping) if not threads else [_size(threads[0])]
-        lsz = _launch_ids(locals_, "lidx", mapping)
-        if ren is not None and ren.local_max is not None:
-            for s, mx in zip(lsz, ren.local_max):
-                _check(not isinstance(s, int) or s <= mx, f"local size {lsz} is over the device's {ren.local_max}")
-        self.global_size = tuple(gsz) + (1,) * (3 - len(gsz))
-        self.local_size = tuple(lsz) + (1,) * (3 - len(lsz))
-        sink = sink.substitute(mapping)
-        # accumulators numbered after the stash arrays, which exist before expansion (a walk of the small graph)
-        regs = _RegCtx(next_reg=1 + max((u.arg for u in self.sink.toposort() if u.op is Ops.DEFINE_REG), default=-1))
-        sink = graph_rewrite(sink, pm_lower_vector_reduce, ctx=regs, name="lower_vector_reduce")
-        sink = lower_reduces(sink, first_reg=regs.next_reg)
-        if ren is not None and "MULACC" in ren.native_ops:
-            # one walk for both: their rules match different STORE values (ADD of WMMA vs ADD of MUL) and neither
-            # rule's result matches the other, so this is the same as running them one after the other
-            sink = graph_rewrite(sink, pm_wmma_fuse_accumulate, name="wmma_fuse_accumulate")
-        else:
-            sink = graph_rewrite(sink, pm_wmma_accumulate, name="wmma_accumulate")
-        return simplify_sink(sink, name="simplify_kernel")
+        """The kernel graph ready for the renderer's rules and decompositions: the passes of
+        `tinycore.codegen.passes.KERNEL_PASSES` up to ``simplify_kernel`` (UPCAST/UNROLL axes expanded, group
+        reduces through shared memory, launch ids, REDUCEs as register accumulators, indices simplified). Sets
+        `global_size` and `local_size`. The order of the passes lives in `tinycore.codegen.passes`; this is a
+        shortcut for tests and tools that look at the graph before linearization."""
+        from tinycore.codegen.passes import lower_kernel
+
+        return lower_kernel(self, stop_after="simplify_kernel").sink
+
+
+def loops_to_globals(sink: UOp) -> UOp:
+    """On a renderer with ``has_local`` (GPU style) every ``LOOP`` axis is launched instead: it becomes ``GLOBAL``."""
+    return substitute_ranges(
+        sink,
+        {
+            r: (g := r.replace(arg=(r.arg[0], AxisType.GLOBAL)), (g,))
+            for r in sink.toposort()
+            if r.op is Ops.RANGE and r.arg[1] is AxisType.LOOP
+        },
+    )
+
+
+def map_launch_ids(sink: UOp, renderer: Renderer | None) -> tuple[UOp, tuple[sint, ...], tuple[sint, ...]]:
+    """``GLOBAL`` ranges become ``SPECIAL("gidxN")`` group ids, ``LOCAL``/``GROUP_REDUCE`` ranges ``SPECIAL("lidxN")``
+    local ids (at most three each, extra outer ones merged), a ``THREAD`` range ``SPECIAL("core_id")``. Returns the
+    graph, ``global_size`` and ``local_size`` (three entries each); raises `KernelOptError` when the renderer has
+    no launch ids for them or the local size is over its ``local_max``."""
+    has_local = renderer is not None and renderer.has_local
+    all_rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=range_key)
+    globals_ = [r for r in all_rngs if r.arg[1] is AxisType.GLOBAL]
+    locals_ = [r for r in all_rngs if r.arg[1] in _LOCAL_SET]
+    _check(has_local or not (globals_ or locals_), "the device has no launch ids for GLOBAL/LOCAL axes")
+    mapping: dict[UOp, UOp] = {}
+    threads = [r for r in all_rngs if r.arg[1] is AxisType.THREAD]
+    for r in threads:  # CPU threads: one SPECIAL("core_id"), global_size[0] of them
+        mapping[r] = UOp.special(_size(r), "core_id")
+    gsz = _launch_ids(globals_, "gidx", mapping) if not threads else [_size(threads[0])]
+    lsz = _launch_ids(locals_, "lidx", mapping)
+    if renderer is not None and renderer.local_max is not None:
+        for s, mx in zip(lsz, renderer.local_max):
+            _check(not isinstance(s, int) or s <= mx, f"local size {lsz} is over the device's {renderer.local_max}")
+    global_size = tuple(gsz) + (1,) * (3 - len(gsz))
+    local_size = tuple(lsz) + (1,) * (3 - len(lsz))
+    return sink.substitute(mapping), global_size, local_size
 
 
 @dataclass
-class _RegCtx:
+class RegisterCtx:
+    """The registers the reduce passes allocate: the next free ``DEFINE_REG`` number."""
+
     next_reg: int = 0
     scope_cache: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
 
 
-def _vector_reduce_to_register(ctx: _RegCtx, red: UOp) -> UOp | None:
+def _vector_reduce_to_register(ctx: RegisterCtx, red: UOp) -> UOp | None:
     """A REDUCE of a vector value: an accumulator of ``count`` scalar registers, read, updated and written as one
     vector (renderers and the PYTHON interpreter treat a vector access through a scalar pointer as consecutive
     elements; C compilers keep the array in vector registers).
@@ -805,7 +807,7 @@ def _linear(rngs: list[UOp]) -> UOp:
     return out
 
 
-def _group_reduce(ctx: _FinalCtx, red: UOp) -> UOp | None:
+def _group_reduce(ctx: GroupReduceCtx, red: UOp) -> UOp | None:
     grs = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
     if not grs:
         return None
@@ -832,7 +834,7 @@ def _group_reduce(ctx: _FinalCtx, red: UOp) -> UOp | None:
     return UOp(Ops.REDUCE, red.dtype, (value, *new.values()), red.arg)
 
 
-def _whole_warps(ctx: _FinalCtx, grs: list[UOp]) -> list[UOp] | None:
+def _whole_warps(ctx: GroupReduceCtx, grs: list[UOp]) -> list[UOp] | None:
     """The innermost local ranges when they are GROUP_REDUCE ranges of this reduce (`grs`) whose lanes fill whole
     warps of ``ctx.warp_size`` (consecutive thread ids: each warp then holds lanes of one group only); None when
     the renderer has no warp shuffles or the ranges don't fill whole warps."""
@@ -849,7 +851,7 @@ def _whole_warps(ctx: _FinalCtx, grs: list[UOp]) -> list[UOp] | None:
     return inner if inner and lanes % w == 0 else None
 
 
-def _warp_group_reduce(ctx: _FinalCtx, red: UOp, grs: list[UOp], partial: UOp, inner: list[UOp]) -> UOp:
+def _warp_group_reduce(ctx: GroupReduceCtx, red: UOp, grs: list[UOp], partial: UOp, inner: list[UOp]) -> UOp:
     """A grouped reduce whose `inner` local ranges fill whole warps: each warp first reduces by XOR shuffles
     (``Ops.SHUFFLE``, every lane ends with its warp's result); when one warp is the whole group that is the result,
     else lane 0 of each warp writes one partial to shared memory and, after a barrier, every lane reduces its
@@ -889,7 +891,7 @@ def _warp_group_reduce(ctx: _FinalCtx, red: UOp, grs: list[UOp], partial: UOp, i
 pm_group_reduce = PatternMatcher([(UPat(Ops.REDUCE, name="red"), _group_reduce)], name="group_reduce")
 
 
-def _group_reduces(sink: UOp, ctx: _FinalCtx) -> UOp:
+def group_reduces(sink: UOp, ctx: GroupReduceCtx) -> UOp:
     """REDUCEs over GROUP_REDUCE ranges: per-lane partial reduce -> shared memory -> BARRIER -> serial reduce of
     the group's partials (with `Renderer.warp_size`, lanes filling whole warps shuffle within each warp first and
     shared memory holds one partial per warp); stores that don't depend on the group lanes are gated to lane 0."""
@@ -900,7 +902,7 @@ def _group_reduces(sink: UOp, ctx: _FinalCtx) -> UOp:
     group_rngs = [r for r in ctx.local_rngs if r.arg[1] is AxisType.GROUP_REDUCE]
     if not group_rngs:
         return sink
-    sink = graph_rewrite(sink, pm_group_reduce, ctx=ctx, name="group_reduce")
+    sink = graph_rewrite(sink, pm_group_reduce, ctx=ctx, name="group_reduce_partials")
     stores = []
     for st in sink.src:
         ptr = st.src[0]

@@ -184,7 +184,7 @@ class CollectiveRunner(Runner):
 
 def _contiguous_buffer(t: Tensor, what: str) -> Buffer:
     """`t` realized into one buffer holding exactly its elements in order."""
-    from tinycore.engine.schedule import buffer_of
+    from tinycore.engine.realized import buffer_of
     from tinycore.tensor import Tensor
     from tinycore.uop.ops import Ops
 
@@ -211,9 +211,9 @@ def _run(kind: str, t: Tensor, out_shape: tuple[int, ...], op: str | None = None
     from tinycore.device import Buffer
     from tinycore.engine.exec_item import ExecItem
     from tinycore.engine.realize import run_exec_items
-    from tinycore.engine.schedule import new_buffer_uop
+    from tinycore.engine.realized import new_buffer_uop
+    from tinycore.frontend.tensor import _wrap
     from tinycore.helpers import REALIZE_LOCK
-    from tinycore.tensor import _wrap
 
     get_group()  # the error with the fix before any work
     with REALIZE_LOCK:

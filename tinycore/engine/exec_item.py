@@ -20,10 +20,11 @@ from tinycore.renderer import Estimates, ProgramSpec
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    from tinycore.backend.compiler import Compiler
     from tinycore.device import Buffer, Compiled
     from tinycore.renderer import Renderer
-    from tinycore.runtime.compiler import Compiler
     from tinycore.uop.ops import UOp
+
 
 def render_program(renderer: Renderer, p: ProgramSpec) -> str:
     """The source of `p`, with its kernel function named ``p.function_name`` (so sources of different kernels can
@@ -195,13 +196,13 @@ def _build_streamed(
 
 def _rendered(device: str, renderer: Renderer, asts: list[UOp]) -> Iterator[tuple[UOp, ProgramSpec]]:
     """Lower and render `asts` in order; stops at the first kernel that fails (the one-by-one path raises it)."""
-    from tinycore.codegen import get_program
+    from tinycore.engine.search import kernel_program
 
     for ast in asts:
         if DEBUG >= 5:
             print(f"kernel AST for {device}:\n{ast}")
         try:
-            spec = get_program(ast, renderer)
+            spec = kernel_program(ast, renderer)
         except Exception:  # noqa: BLE001 - the one-by-one path raises it again, at its item
             return
         if spec.device != device:

@@ -67,7 +67,7 @@ from typing import Any, Generic, TypeVar
 
 from tinycore.device import Buffer
 from tinycore.engine.exec_item import BufferCopy, CompiledRunner, ExecItem
-from tinycore.engine.graph import GraphRunner
+from tinycore.engine.graph_runner import GraphRunner
 from tinycore.engine.memory import memory_planner
 from tinycore.engine.multi import multi_uop
 from tinycore.engine.realize import capture_exec_items
@@ -133,17 +133,25 @@ def _collect(value: Any, key: tuple[Any, ...], tensors: list[Any], keys: list[tu
             _collect(v, (*key, k), tensors, keys, vals, 1)
 
 
+class _FrontEnd:
+    """The front end's tensor type and its constructor from a uop (``wrap(uop, device, shape)``). The engine sits
+    below the front end and does not import it: `tinycore.frontend.tensor` installs both with `register_tensor_type`
+    when it is imported, which is before any tensor (and so any TinyJit call with one) can exist."""
+
+    tensor: type | None = None
+    wrap: Callable[[UOp, str, tuple[Any, ...] | None], Any] | None = None
+
+
+def register_tensor_type(tensor: type, wrap: Callable[[UOp, str, tuple[Any, ...] | None], Any]) -> None:
+    """Tell the JIT which class is a tensor (its inputs and return values) and how to build one around a uop."""
+    _FrontEnd.tensor, _FrontEnd.wrap = tensor, wrap
+
+
 def _tensor_class() -> type:
-    """`tinycore.tensor.Tensor` (imported on first use: the tensor module imports this one)."""
-    global _TENSOR
-    if _TENSOR is None:
-        from tinycore.tensor import Tensor
-
-        _TENSOR = Tensor
-    return _TENSOR
-
-
-_TENSOR: type | None = None
+    """The front end's tensor class (see `_FrontEnd`)."""
+    if _FrontEnd.tensor is None:
+        raise JitError("TinyJit needs the tensor front end: import tinycore.tensor (or tinycore) first")
+    return _FrontEnd.tensor
 
 
 def _inputs_of(
@@ -206,12 +214,9 @@ def _arg_token(arg: Any) -> Any:
 
 
 def _wrap_tensor(uop: UOp, device: str, shape: tuple[Any, ...] | None) -> Any:
-    """`tinycore.tensor._wrap`, imported on first use (the tensor module imports this one)."""
-    global _wrap_tensor
-    from tinycore.tensor import _wrap
-
-    _wrap_tensor = _wrap
-    return _wrap(uop, device, shape)
+    """A front-end tensor around `uop` (see `_FrontEnd`)."""
+    assert _FrontEnd.wrap is not None, "no tensor type registered (tinycore.tensor registers it on import)"
+    return _FrontEnd.wrap(uop, device, shape)
 
 
 def _buffer_backed(uop: UOp) -> bool:
@@ -321,11 +326,9 @@ def _alias_pattern(bufs: list[Buffer]) -> tuple[int, ...]:
 
 def _flatten_ret(value: Any, out: list[Any], where: str) -> Any:
     """A template of the return structure with Tensors replaced by their index in `out`."""
-    from tinycore.tensor import Tensor
-
     if value is None:
         return None
-    if isinstance(value, Tensor):
+    if isinstance(value, _tensor_class()):
         out.append(value)
         return ("T", len(out) - 1)
     if isinstance(value, (tuple, list)):
@@ -628,7 +631,6 @@ class CapturedJit:
         uops of the input tensors, of each shard for a sharded one); symbolic shapes are bound to `var_vals`."""
         if self._single is not None:
             return _wrap_tensor(*self._single)
-        from tinycore.tensor import _wrap
 
         def unit_output(part: _Output) -> UOp:
             if part.input_pos is not None:
@@ -643,7 +645,7 @@ class CapturedJit:
             uop = o.uop
             if rebuilt:
                 uop = multi_uop([unit_output(part) for part in o.shards], o.axis) if o.shards else unit_output(o)
-            out.append(_wrap(uop, o.device, o.shape if concrete else None))
+            out.append(_wrap_tensor(uop, o.device, o.shape if concrete else None))
         if self.template == ("T", 0):
             return out[0]
         return _build_ret(self.template, out)

@@ -1,7 +1,8 @@
 """The realize engine: lower `ScheduleItem`s to `ExecItem`s and run them, with a capture hook for TinyJit.
 
-- a kernel item becomes ``CompiledRunner(get_program(ast, Device[dev].renderer))``, cached per ``(ast, device)`` so a
-  repeated kernel is lowered and compiled once per process (`clear_runner_cache` forgets them);
+- a kernel item becomes ``CompiledRunner(kernel_program(ast, Device[dev].renderer))`` (`tinycore.engine.search`:
+  BEAM search or heuristics), cached per ``(ast, device)`` so a repeated kernel is lowered and compiled once per
+  process (`clear_runner_cache` forgets them);
 - a copy item becomes a `BufferCopy`;
 - `run_schedule` runs the items in order and updates `GlobalCounters`; ``DEBUG>=2`` prints one line per item (time,
   GFLOPS, GB/s), ``DEBUG>=4`` the kernel source (when it is compiled), ``DEBUG>=5`` the kernel AST;
@@ -56,15 +57,10 @@ _stats = {"hits": 0, "misses": 0}
 
 def _compile_kernel(ast: UOp, device: str) -> Runner:
     """Lower, render and compile one kernel AST for `device` (no cache; see `get_kernel_runner`)."""
-    try:
-        from tinycore.codegen import get_program
-    except ImportError as error:
-        raise NotImplementedError(
-            "kernel lowering (tinycore.codegen.get_program) is not available in this build"
-        ) from error
     from tinycore.device import Device
+    from tinycore.engine.search import kernel_program
 
-    spec = get_program(ast, Device[device].renderer)
+    spec = kernel_program(ast, Device[device].renderer)
     if spec.device != device:
         spec = replace(spec, device=device)
     return CompiledRunner(spec)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from tinycore.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 # every live tensor whose requires_grad was set True (not merely propagated to it by an op): `backward()` looks
 # here for the tensors a loss depends on; `_marked` is the same set by id (a WeakSet compares with Tensor.__eq__)
@@ -43,14 +43,14 @@ class _TrainMode:
         self.prev: list[bool] = []
 
     def __enter__(self) -> _TrainMode:
-        from tinycore.tensor import Tensor
+        from tinycore.frontend.tensor import Tensor
 
         self.prev.append(Tensor.training)
         Tensor.training = self.mode
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from tinycore.tensor import Tensor
+        from tinycore.frontend.tensor import Tensor
 
         Tensor.training = self.prev.pop()
 
@@ -134,7 +134,7 @@ class AutogradMixin:
             if uop is not None and _is_pure_constant(uop):
                 # `Tensor.zeros(3, requires_grad=True)` twice would be the same hash-consed node: give it a buffer
                 # of its own so that two parameters never share a node (nor, once realized, a buffer).
-                from tinycore.engine.schedule import new_buffer_uop
+                from tinycore.engine.realized import new_buffer_uop
 
                 buf = new_buffer_uop(self.device, int(self.numel()), self.dtype)
                 view = buf.reshape(tuple(self.shape)) if tuple(self.shape) != (int(self.numel()),) else buf
@@ -166,7 +166,7 @@ class AutogradMixin:
     # ----- gradients
 
     def _grad_seed(self: Any, gradient: Tensor | None) -> UOp:
-        from tinycore.tensor import Tensor
+        from tinycore.frontend.tensor import Tensor
 
         if gradient is None:
             if self.numel() != 1:
@@ -200,7 +200,7 @@ class AutogradMixin:
                 out.append(before)
                 continue
             if by_view is None:
-                from tinycore.engine.schedule import realized_view
+                from tinycore.engine.realized import realized_view
 
                 by_view = {}
                 for node in topo:
@@ -216,14 +216,14 @@ class AutogradMixin:
         `gradient` seeds a non-scalar output. A target this tensor does not depend on raises RuntimeError unless
         `materialize_grads=True` (then its gradient is zeros).
 
-        >>> from tinycore.tensor import Tensor
+        >>> from tinycore.frontend.tensor import Tensor
         >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
         >>> (dx,) = (x * x).sum().gradient(x)
         >>> dx.tolist()  # doctest: +SKIP
         [2.0, 4.0, 6.0]
         """
+        from tinycore.frontend.tensor import Tensor
         from tinycore.gradient import compute_gradient
-        from tinycore.tensor import Tensor
 
         root_grad = self._grad_seed(gradient)
         root, nodes = self._graph_nodes(list(targets))
@@ -256,8 +256,8 @@ class AutogradMixin:
             raise RuntimeError(
                 "element 0 of tensors does not require grad: no tensor with requires_grad=True is in this graph"
             )
+        from tinycore.frontend.tensor import Tensor
         from tinycore.gradient import compute_gradient
-        from tinycore.tensor import Tensor
 
         grads = compute_gradient(root, root_grad, [n for _, n in found])
         for t, node in found:

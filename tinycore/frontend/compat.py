@@ -20,14 +20,14 @@ from tinycore.helpers import prod
 from tinycore.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 _SHA3 = {"sha3_224": hashlib.sha3_224, "sha3_256": hashlib.sha3_256, "sha3_384": hashlib.sha3_384,
          "sha3_512": hashlib.sha3_512}  # fmt: skip
 
 
 def _tensor_cls() -> type[Tensor]:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
     return Tensor
 
@@ -229,7 +229,7 @@ class CompatMixin:
     def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:  # type: ignore[misc]
         """Apply the raw tinycore `Ops` ``op`` to this tensor and ``src`` (same shape, device and dtype; no
         promotion or broadcasting, no checks beyond the UOp's): an escape hatch for ops without a Tensor method."""
-        from tinycore.tensor import _grad_of, _wrap
+        from tinycore.frontend.tensor import _grad_of, _wrap
 
         for s in src:
             if not isinstance(s, _tensor_cls()) or s.shape != self.shape or s.device != self.device:
@@ -260,7 +260,7 @@ class CompatMixin:
     def contiguous_backward(self: Tensor) -> Tensor:  # type: ignore[misc]
         """The same value (identity forward); in the backward pass the gradient flowing through it is made
         contiguous, i.e. realized into a buffer of its own (tinygrad's CONTIGUOUS_BACKWARD)."""
-        from tinycore.tensor import _wrap
+        from tinycore.frontend.tensor import _wrap
 
         uop = UOp(Ops.CONTIGUOUS_BACKWARD, self.uop.dtype, (self.uop,))
         return _wrap(uop, self.device, self._shape, self._requires_grad)
@@ -299,7 +299,7 @@ class CompatMixin:
         tinygrad aliases that memory; tinycore copies it when called, so later writes to the blob are not seen."""
         import numpy as np
 
-        from tinycore.tensor import _to_dtype
+        from tinycore.frontend.tensor import _to_dtype
 
         dtype = _to_dtype(kwargs.pop("dtype", dtypes.default_float))
         shape = tuple(shape)

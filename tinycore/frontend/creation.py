@@ -24,11 +24,11 @@ from tinycore.dtype import dtypes
 from tinycore.helpers import prod
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 
 def _tensor_cls() -> type[Tensor]:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
     return Tensor
 

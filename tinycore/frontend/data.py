@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 
 class DataMixin:
@@ -27,7 +27,7 @@ class DataMixin:
         >>> a.tolist(), b.tolist()
         ([1.0, 2.0], [5.0, 6.0])
         """
-        from tinycore.tensor import Tensor
+        from tinycore.frontend.tensor import Tensor
 
         if isinstance(self.device, tuple):
             raise NotImplementedError("clone of a sharded tensor: use .to(device) first")

@@ -40,7 +40,7 @@ from tinycore.helpers import all_int
 from tinycore.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 _LN2 = math.log(2)
 _ATAN_COEFFS = (
@@ -60,7 +60,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _tensor_cls() -> type[Tensor]:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
     return Tensor
 
@@ -126,7 +126,7 @@ def _check_divisor(name: str, divisor: Any) -> None:
 
 
 def _deferred_buffer_cls() -> type:
-    from tinycore.tensor import _DeferredBuffer
+    from tinycore.frontend.tensor import _DeferredBuffer
 
     return _DeferredBuffer
 

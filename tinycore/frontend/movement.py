@@ -29,7 +29,7 @@ from tinycore.helpers import prod
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 __all__ = ["MovementMixin"]
 
@@ -38,7 +38,7 @@ _STATIC_PIECES = 16
 
 
 def _T() -> Any:  # noqa: N802 - the tensor module, imported lazily (it imports this module)
-    import tinycore.tensor as tensor_module
+    import tinycore.frontend.tensor as tensor_module
 
     return tensor_module
 

@@ -21,13 +21,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinycore.device import renderer_setting
 from tinycore.dtype import dtypes, least_upper_float, narrow_acc_dtype
+from tinycore.engine.gemm_packing import PACK_MIN_ELEMENTS, gemm_panel
 from tinycore.helpers import prod
-from tinycore.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -37,7 +36,7 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _tensor_cls() -> type[Tensor]:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
     return Tensor
 
@@ -59,69 +58,9 @@ def _unsqueeze(x: Tensor, axis: int) -> Tensor:
     return x.reshape(*x.shape[:axis], 1, *x.shape[axis:])
 
 
-_PACK_MIN_ELEMENTS = 1 << 14  # operands smaller than this stay in cache anyway
-_PACK_MIN_ROWS = 16  # fewer rows than this (a matrix-vector product) reuse the right operand too little to repack
-# A right operand already row-major in memory is repacked only when the kernel reads it from beyond a core's L2 or
-# many rows reuse each panel. Measured on AVX2 (fp32, heuristic kernels, TinyJit replay, the copy included, GFLOPS
-# packed vs in place): operands up to 256 KiB with up to 256 rows are faster in place (160^3: 146 vs 179, 256^3: 115
-# vs 155), with 512 rows or more packed (512x256@256x256: 185 vs 160, 1024x128@128x128: 184 vs 168); 1-2 MiB ones
-# gain packed even with 128 rows (128x784@784x512: 163 vs 119). A transposed operand (``dh @ w.T`` in a backward
-# pass) is always repacked: its columns would otherwise be gathered lane by lane.
-_PACK_MIN_ROWS_IN_PLACE = 384
-_PACK_MIN_BYTES_IN_PLACE = 512 << 10
-
-
-def _gemm_panel(device: Any, itemsize: int) -> int:
-    """Width in elements of the column panels the device's renderer wants a matmul's right operand packed into
-    (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked)."""
-    nbytes = int(renderer_setting(device, "gemm_panel_bytes", 0) or 0)
-    return nbytes // itemsize if nbytes >= 2 * itemsize else 0
-
-
-def _row_major_view(w: Tensor) -> bool:
-    """Whether `w` is its source's elements in order along the last axis: the movement ops between `w` and the
-    first computed or stored node only reshape or shrink (a ``PERMUTE``, ``FLIP``, ``PAD`` or ``EXPAND`` on the way
-    may move other elements under the last axis)."""
-    node = w.uop
-    while node.op in GroupOp.Movement:
-        if node.op is not Ops.RESHAPE and node.op is not Ops.SHRINK:
-            return False
-        node = node.src[0]
-    return True
-
-
 def _numel(x: Tensor) -> int:
     """The element count of `x` (0 when a dimension is symbolic)."""
     return prod(x.shape) if all(isinstance(d, int) for d in x.shape) else 0
-
-
-def _packed_right_operand(w: Tensor, rows: Any) -> Tensor:
-    """The right operand ``(..., K, N)`` of a matmul with `rows` rows, as the same logical view of a copy whose
-    memory is laid out in column panels ``(..., N / p, K, p)`` when the device asks for it (see
-    `tinycore.renderer.Renderer.gemm_panel_bytes`) and the operand is transposed, large (beyond a core's L2) or
-    reused by many rows (see `_PACK_MIN_ROWS_IN_PLACE`): a register-blocked kernel then reads one panel row (``p``
-    consecutive elements) per reduce step, and a whole column tile's strip of ``w`` is contiguous. When ``N`` is
-    not a multiple of ``p`` the last panel is filled up with zeros: the kernel pads its column axis to whole panels
-    (``PADTO``) and still reads whole vectors, storing only the real columns. A small row-major operand with such an
-    ``N`` stays in place: the kernel's last column tile overlaps the one before it (``OVERLAP``), whole vectors."""
-    k, n = w.shape[-2], w.shape[-1]
-    if not all(isinstance(d, int) for d in (*w.shape, rows)) or rows < _PACK_MIN_ROWS or k * n < _PACK_MIN_ELEMENTS:
-        return w
-    panel = _gemm_panel(w.device, w.dtype.itemsize)
-    if panel < 2 or n <= panel:
-        return w
-    if _row_major_view(w):
-        large = rows >= _PACK_MIN_ROWS_IN_PLACE or k * n * w.dtype.itemsize > _PACK_MIN_BYTES_IN_PLACE
-        if not large:
-            return w
-    lead = w.shape[:-2]
-    nl = len(lead)
-    wide = -(-n // panel) * panel
-    if wide != n:
-        w = w.pad(((0, 0),) * (nl + 1) + ((0, wide - n),))
-    packed = w.reshape(*lead, k, wide // panel, panel).permute(*range(nl), nl + 1, nl, nl + 2).contiguous()
-    unpacked = packed.permute(*range(nl), nl + 1, nl, nl + 2).reshape(*lead, k, wide)
-    return unpacked if wide == n else unpacked.shrink([(0, d) for d in (*lead, k, n)])
 
 
 def _rsqrt(x: Tensor) -> Tensor:
@@ -289,13 +228,16 @@ class ProcessingMixin:
         """Matrix product with PyTorch semantics: 1-d operands (vector dot, matrix-vector), broadcast batch dims.
         A broadcast multiply and one sum over the shared dimension, which the scheduler fuses into one kernel
         (with an elementwise epilogue such as ``+ bias`` and ``relu``). ``dtype`` casts the result. 16-bit float
-        operands are multiplied and summed in float32 (PyTorch's semantics) and the result rounded once.
+        operands are multiplied and summed in float32 (PyTorch's semantics) and the result rounded once. The layout
+        of the operands in memory is the scheduler's business: on a device whose renderer declares
+        ``gemm_panel_bytes`` it reads a large or transposed right operand through a panel-packed copy (a second
+        kernel, `tinycore.engine.gemm_packing`).
 
         >>> (Tensor.ones(2, 3) @ Tensor.ones(3, 4)).shape
         (2, 4)
         """
         from tinycore.dtype import least_upper_dtype
-        from tinycore.tensor import _broadcast_shape
+        from tinycore.frontend.tensor import _broadcast_shape
 
         x = self
         n1, n2 = x.ndim, w.ndim
@@ -327,7 +269,6 @@ class ProcessingMixin:
         elif n1 == 1:
             ret = (x.reshape(k, 1) * w).sum(-2, acc_dtype=acc)
         else:
-            w = _packed_right_operand(w, prod(x.shape[:-1]))
             xs = x.reshape(*x.shape[:-1], 1, k)
             ws = w.transpose(-1, -2).reshape(*w.shape[:-2], 1, w.shape[-1], k)
             ret = (xs * ws).sum(-1, acc_dtype=acc)
@@ -492,7 +433,7 @@ class ProcessingMixin:
         pads = _resolve_padding(padding, tuple(kernel), dl, st)
         if any(p != (0, 0) for p in pads):
             x = x.pad(((0, 0), (0, 0), *pads))
-            if _gemm_panel(x.device, x.dtype.itemsize) and _numel(x) >= _PACK_MIN_ELEMENTS:
+            if gemm_panel(x.device, x.dtype.itemsize) and _numel(x) >= PACK_MIN_ELEMENTS:
                 # a device that repacks matmul operands also wants the padded input in memory: the conv kernel then
                 # loads whole vectors of a row without a bounds check per lane (a copy of the input is cheap next
                 # to the cin * prod(kernel) reads of every element the convolution makes; measured 2x on a 3x3
@@ -515,7 +456,7 @@ class ProcessingMixin:
         prods = win * w
         out_dtype = x.dtype if x.dtype == weight.dtype else prods.dtype
         if dtype is not None:
-            from tinycore.tensor import _to_dtype
+            from tinycore.frontend.tensor import _to_dtype
 
             out_dtype = _to_dtype(dtype)
         acc = narrow_acc_dtype(prods.dtype) if dtype is None else out_dtype

@@ -52,7 +52,7 @@ from tinycore.helpers import all_int, prod
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
 _SCAN_BLOCK = 64
 _CASCADE_MIN = 1 << 19  # float sums of more elements per output than this are split (see `cascade_sum`) ...
@@ -63,7 +63,7 @@ _CASCADE_GROUPS = 16  # chunks per stage are a multiple of this (the rest is sum
 
 
 def _tensor_cls() -> type[Tensor]:
-    from tinycore.tensor import Tensor
+    from tinycore.frontend.tensor import Tensor
 
     return Tensor
 

@@ -10,16 +10,16 @@ with :data:`tinycore.plugin.hookimpl` whose names and arguments match the specs 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from tinycore.backend.compiled import DeviceCapabilities, ProbeResult
+
 if TYPE_CHECKING:
+    from tinycore.backend.compiler import Compiler
     from tinycore.device import Compiled
-    from tinycore.dtype import DType
     from tinycore.renderer import Renderer
-    from tinycore.runtime.compiler import Compiler
     from tinycore.uop.patterns import PatternMatcher
 
 PROJECT_NAME = "tinycore"
@@ -30,36 +30,6 @@ PLUGIN_API_VERSION: tuple[int, int] = (1, 0)
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """What a cheap probe found: ``ok`` with the number of devices, or why not (`reason`) and one concrete fix
-    (`hint`). `slow`: for a device that works but runs far below its speed here, why and the fix (e.g. a CPU device
-    left with a C compiler that does not vectorize); core says it once when such a device becomes the default.
-
-    >>> ProbeResult(ok=False, reason="no NVIDIA driver", hint="install the NVIDIA driver").ok
-    False
-    """
-
-    ok: bool
-    reason: str = ""
-    hint: str = ""
-    device_count: int = 1
-    slow: str = ""
-
-
-@dataclass(frozen=True)
-class DeviceCapabilities:
-    """What a device family supports, for legality checks and for the test kit to derive skips.
-
-    ``dtypes`` are the supported element dtypes, ``features`` free-form flags (``"local"``, ``"shared"``,
-    ``"tensor_cores"``, ``"graph"``, ``"multi_device"``...), ``limits`` numbers such as ``"local_max"``.
-    """
-
-    dtypes: frozenset[DType]
-    features: frozenset[str] = frozenset()
-    limits: dict[str, int] = field(default_factory=dict)
 
 
 class DeviceHookSpecs:

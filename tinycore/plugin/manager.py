@@ -1,7 +1,7 @@
 """Device plugin discovery: entry points, per-plugin state, version checks, default device selection.
 
 Nothing here runs at ``import tinycore``. The first device request (``Device["X"]``, ``Device.DEFAULT``) builds the
-process-wide :class:`PluginManager` (see :func:`get_manager`), which
+process-wide :class:`DevicePlugins` (see :func:`get_manager`), which
 
 1. reads the entry points of group ``tinycore.devices`` and their distributions' metadata (no plugin import):
    knobs (``TINYCORE_PLUGINS``, ``TINYCORE_DISABLE_PLUGINS``), duplicate entry names and the plugin's
@@ -42,6 +42,7 @@ from typing import Any
 
 import pluggy
 
+from tinycore.backend.compiled import set_declared_capabilities
 from tinycore.errors import (
     DeviceError,
     DeviceNotInstalledError,
@@ -58,6 +59,8 @@ from tinycore.plugin.hookspecs import (
     DeviceHookSpecs,
     ProbeResult,
 )
+from tinycore.renderer import set_renderer_rebuilder
+from tinycore.version import __version__
 
 CORE_DISTRIBUTION = "tinycore"
 _FAMILY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -68,9 +71,7 @@ DEVICE_NAME_RULE = "a device name is NAME or NAME:ordinal (letters, digits and _
 
 def core_version() -> str:
     """The version of the running tinycore core."""
-    import tinycore
-
-    return tinycore.__version__
+    return __version__
 
 
 def parse_device_name(name: str) -> tuple[str, int]:
@@ -339,7 +340,7 @@ class DeviceRegistrar:
     that fails half-way leaves no device behind.
     """
 
-    def __init__(self, manager: PluginManager) -> None:
+    def __init__(self, manager: DevicePlugins) -> None:
         self._manager = manager
         self._current: PluginRecord | None = None
         self._staged: list[DeviceEntry] = []
@@ -468,8 +469,9 @@ class _ProbeRun:
             self.error = exc
 
 
-class PluginManager:
-    """Discovers device plugins and answers every device question: names, states, probes, opening, defaults.
+class DevicePlugins:
+    """The device plugins of this process: discovers them and answers every device question (names, states,
+    probes, opening, defaults). It wraps a ``pluggy.PluginManager`` (`_pm`), which calls the hooks.
 
     ``entry_points`` replaces the installed entry points of group ``tinycore.devices`` (tests, embedding).
     Most code uses the process-wide instance from :func:`get_manager` through ``tinycore.Device``.
@@ -1062,8 +1064,8 @@ class PluginManager:
     def _check_device_parts(device: Any, display: str, rec: PluginRecord) -> None:
         """A `DevicePluginError` naming the device and the plugin when the opened device's renderer or compiler is
         not core's type (a plugin bug that would otherwise surface as an AttributeError deep in code generation)."""
+        from tinycore.backend.compiler import Compiler
         from tinycore.renderer import Renderer
-        from tinycore.runtime.compiler import Compiler
 
         for part, kind in (("renderer", Renderer), ("compiler", Compiler)):
             value = getattr(device, part, None)
@@ -1083,8 +1085,8 @@ class PluginManager:
         entry = self.device_entry(family)
         rec = entry.record
         target = self.call_device_hook(entry.name, "tinycore_compile_target", name=entry.name, arch=arch)
+        from tinycore.backend.compiler import Compiler
         from tinycore.renderer import Renderer
-        from tinycore.runtime.compiler import Compiler
 
         ok = isinstance(target, tuple) and len(target) == 2
         if not (ok and isinstance(target[0], Renderer) and (target[1] is None or isinstance(target[1], Compiler))):
@@ -1194,22 +1196,38 @@ def _install_fix(family: str) -> str:
     return f"pip install tinycore-{extra.replace('_', '-')} (or the distribution that provides {family}){local}"
 
 
-_manager: PluginManager | None = None
+_manager: DevicePlugins | None = None
 _manager_lock = threading.Lock()
 
 
-def get_manager() -> PluginManager:
+def get_manager() -> DevicePlugins:
     """The process-wide manager (created on first use; creating it imports no plugin)."""
     global _manager
     if _manager is None:
         with _manager_lock:
             if _manager is None:
-                _manager = PluginManager()
+                _manager = DevicePlugins()
     return _manager
 
 
-def reset_manager(manager: PluginManager | None = None) -> None:
+def reset_manager(manager: DevicePlugins | None = None) -> None:
     """Replace the process-wide manager (a fresh one is built on next use); for tests and embedding."""
     global _manager
     with _manager_lock:
         _manager = manager
+
+
+def rebuild_renderer(family: str, arch: str | None) -> Any:
+    """The renderer the plugin owning `family` builds for `arch` (its `tinycore_compile_target`; no hardware needed):
+    what unpickling a `tinycore.renderer.Renderer` calls."""
+    return get_manager().compile_target(family, arch)[0]
+
+
+def declared_capabilities(family: str) -> DeviceCapabilities | None:
+    """The capabilities the plugin owning `family` declares (None: none), what `Compiled.capabilities` asks first."""
+    return get_manager().device_capabilities(family)
+
+
+# the layers below ask these two questions of the plugins without importing this module
+set_renderer_rebuilder(rebuild_renderer)
+set_declared_capabilities(declared_capabilities)

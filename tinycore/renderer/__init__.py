@@ -243,19 +243,28 @@ class Renderer:
         raise NotImplementedError(f"{type(self).__name__} does not implement render")
 
     def __reduce__(self) -> tuple[Callable[[str, str | None], Renderer], tuple[str, str | None]]:
-        return _rebuild_renderer, (self.device, self.arch)
+        if _rebuilder is None:
+            raise TypeError(
+                f"cannot pickle {type(self).__name__}: a renderer is rebuilt from (device family, arch) by the plugin "
+                "manager, which is not loaded; open the device first (tinycore.device.Device[...])"
+            )
+        return _rebuilder, (self.device, self.arch)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} device={self.device!r} arch={self.arch!r}>"
 
 
-def _rebuild_renderer(family: str, arch: str | None) -> Renderer:
-    """Unpickling side of `Renderer.__reduce__`: ask the plugin owning `family` for a renderer of `arch`
-    (its `tinycore_compile_target` hook; no hardware needed)."""
-    from tinycore.plugin.manager import get_manager
+# The function that rebuilds a renderer from its device family and arch through the plugin owning the family (its
+# `tinycore_compile_target` hook). The plugin manager sits above this module and installs it when imported, so a
+# pickled renderer names the manager's function and unpickling imports the manager.
+_rebuilder: Callable[[str, str | None], Renderer] | None = None
 
-    renderer: Renderer = get_manager().compile_target(family, arch)[0]
-    return renderer
+
+def set_renderer_rebuilder(rebuild: Callable[[str, str | None], Renderer] | None) -> None:
+    """Install `rebuild(family, arch) -> Renderer`, what unpickling a `Renderer` calls (the plugin manager installs
+    its own when imported); None uninstalls it."""
+    global _rebuilder
+    _rebuilder = rebuild
 
 
 _IDENTIFIER_CHARS = re.compile(r"[^A-Za-z0-9_]")

@@ -154,7 +154,7 @@ class CDialect:
 
     def signature_of(self, src: str) -> tuple[str, list[str]]:
         """(kernel name, parameter kinds) of the first kernel in rendered `src`: ``"buffer"`` for pointers,
-        ``"long"`` for 64-bit integers, ``"int"`` otherwise (what `tinycore.runtime.compiler.KernelImage` stores).
+        ``"long"`` for 64-bit integers, ``"int"`` otherwise (what `tinycore.backend.compiler.KernelImage` stores).
 
         >>> CDialect(kernel_prefix="__kernel void").signature_of("__kernel void k(float* a, const long n) {}")
         ('k', ['buffer', 'long'])

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinycore.backend.compiler import Compiler
 from tinycore.device import BufferSpec, Compiled, LRUAllocator
 from tinycore.dtype import dtypes
-from tinycore.engine.graph import SequentialGraphRunner
+from tinycore.engine.graph_runner import SequentialGraphRunner
 from tinycore.helpers import ContextVar
 from tinycore.renderer import Renderer, TensorCore
-from tinycore.runtime.compiler import Compiler
 from tinycore.runtime.python_plugin import FAMILY, python_capabilities
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from tinycore.dtype import ALL_SCALARS
 from tinycore.plugin import DeviceCapabilities, ProbeResult, hookimpl
 
 if TYPE_CHECKING:
+    from tinycore.backend.compiler import Compiler
     from tinycore.device import Compiled
     from tinycore.renderer import Renderer
-    from tinycore.runtime.compiler import Compiler
 
 TINYCORE_PLUGIN_API = (1, 0)
 FAMILY = "PYTHON"

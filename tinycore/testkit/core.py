@@ -133,7 +133,7 @@ class CoreTier(KitTargetFixture):
     def test_graph_runner_replays_a_chain_of_kernels(self, target: KitTarget):
         target.require_available()
         from tinycore.device import Device
-        from tinycore.engine.graph import GraphRunner
+        from tinycore.engine.graph_runner import GraphRunner
         from tinycore.engine.jit import TinyJit
         from tinycore.tensor import Tensor
 

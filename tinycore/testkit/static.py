@@ -112,7 +112,7 @@ class StaticTier(KitTargetFixture):
     def test_core_opens_the_device_or_explains_why_not(self, target: KitTarget):
         probe = target.probe()
         code = (
-            "from tinycore.plugin.registry import Device\n"
+            "from tinycore.device import Device\n"
             "from tinycore.errors import DeviceUnavailableError\n"
             "try:\n"
             f"    device = Device[{target.family.lower()!r}]\n"

@@ -45,6 +45,7 @@ __all__ = [
     "exec_alu",
     "print_uops",
     "resolve",
+    "set_chain_key",
     "sint",
     "smax",
     "smin",
@@ -521,7 +522,7 @@ class _UOpFields:
         "_depth",
         "_ts",
         "_canon",  # set by the symbolic simplifier: this node is a fixed point of linear normalization
-        "_eager_key",  # set by the tensor front end: (structure id, BUFFER leaf) of an elementwise chain, else None
+        "chain_key",  # the eager scheduler's key of an elementwise chain, else None: see `set_chain_key`
         "__weakref__",
     )
 
@@ -539,6 +540,10 @@ class UOp(_UOpFields):
     >>> i = UOp.range(16, 0)
     >>> (i * 4 + 2).vmax, ((i * 4 + 2) % 4).simplify().arg
     (62, 2)
+
+    `chain_key` is the one field set after construction, and only through `set_chain_key`: the eager scheduler's
+    key of an elementwise chain (`tinycore.engine.eager`), a fact derived from the node and cached on it, never part
+    of its identity (hash-consing, equality, pickling and `replace` ignore it).
     """
 
     __slots__ = ()
@@ -547,6 +552,7 @@ class UOp(_UOpFields):
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    chain_key: tuple[int, UOp | None] | None
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
         if type(src) is not tuple:
@@ -575,7 +581,7 @@ class UOp(_UOpFields):
         self.arg = arg
         self.tag = tag
         self._key = key
-        self._eager_key = None
+        self.chain_key = None
         _set_object_attr(self, "__class__", cls)
         _ucache[key] = _weakref(self)
         return self
@@ -1350,6 +1356,13 @@ class UOp(_UOpFields):
 _new_object = object.__new__
 _weakref = weakref.ref
 _set_object_attr = object.__setattr__
+
+# `set_chain_key(u, key)`: give `u` its eager chain key `(structure id, BUFFER leaf or None)`, read back as
+# `u.chain_key` (`tinycore.engine.eager` owns the keys; nothing else sets them). The slot's own setter, a C call:
+# the eager hot path keys every elementwise node it builds, and a side table keyed by node (a weakref per node)
+# made a chain of tensor-tensor ops 25% slower.
+set_chain_key = _UOpFields.chain_key.__set__
+
 _CONST_OP, _VCONST_OP = Ops.CONST, Ops.VCONST
 
 

@@ -41,7 +41,7 @@ def _calls(fake: FakeHIP, name: str) -> list[tuple]:
 @needs_clang
 def test_a_jit_replay_is_one_graph_built_once_then_patched(amd: FakeHIP) -> None:
     from tinycore.engine.jit import TinyJit
-    from tinycore.engine.schedule import buffer_of
+    from tinycore.engine.realized import buffer_of
     from tinycore.tensor import Tensor
 
     @TinyJit

@@ -84,7 +84,7 @@ def test_a_schedules_kernels_share_one_library(clang_c, monkeypatch):
         if si.ast.op.name == "SINK":
             si.bufs[0].ensure_allocated()
             built[(si.ast, "CLANG")]([buf.ensure_allocated() for buf in si.bufs], {})
-    from tinycore.engine.schedule import buffer_of
+    from tinycore.engine.realized import buffer_of
 
     want = [np.exp(a_np * 3 - 1), a_np.max(axis=0), a_np @ b_np]
     for out, ref in zip(outs, want):

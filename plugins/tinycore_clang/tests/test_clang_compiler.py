@@ -201,7 +201,7 @@ def test_no_compiler_on_path_makes_clang_unavailable_with_a_fix(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "DEV", "TINYCORE_PLUGINS")}
     env["PATH"] = str(tmp_path)  # an empty folder: no clang, gcc or cc
     code = (
-        "from tinycore.plugin.registry import Device\n"
+        "from tinycore.device import Device\n"
         "from tinycore.errors import DeviceUnavailableError\n"
         "try:\n    Device['CLANG']\n    print('OPENED')\n"
         "except DeviceUnavailableError as e:\n    print('UNAVAILABLE|', e.reason, '|', e.fix)\n"
@@ -219,7 +219,7 @@ def _run_with_cc(cc: str) -> subprocess.CompletedProcess:
     env.pop("DEV", None)
     code = (
         "import numpy as np\n"
-        "from tinycore.plugin.registry import Device\n"
+        "from tinycore.device import Device\n"
         "from tinycore.dtype import dtypes\n"
         "from tinycore.uop.ops import Ops\n"
         "from tinycore_clang.testing import Runner, elementwise\n"

@@ -27,7 +27,7 @@ def registry():
 
     if not toolchain.find_compiler().ok:
         pytest.skip("no C compiler (clang, gcc or cc) on PATH")
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
 
     return Device
 
@@ -197,7 +197,7 @@ def test_doctor_json_lists_the_kernel_check(registry):
 
 def test_clang_is_the_default_device_when_a_compiler_exists(registry):
     env = {k: v for k, v in os.environ.items() if k not in ("DEV", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS")}
-    code = "from tinycore.plugin.registry import Device; print(Device.DEFAULT)"
+    code = "from tinycore.device import Device; print(Device.DEFAULT)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.strip() == "CLANG", proc.stderr
 

@@ -23,7 +23,7 @@ def device():
 
     if not toolchain.find_compiler().ok:
         pytest.skip("no C compiler (clang, gcc or cc) on PATH")
-    from tinycore.plugin.registry import Device
+    from tinycore.device import Device
 
     return Device["CLANG"]
 

@@ -109,7 +109,7 @@ def test_core_opens_clang_when_a_compiler_exists():
     if not toolchain.find_compiler().ok:
         pytest.skip("no C compiler (clang, gcc or cc) on PATH")
     out = run_python(
-        "from tinycore.plugin.registry import Device; d = Device['clang']; print(type(d).__name__, d.device)"
+        "from tinycore.device import Device; d = Device['clang']; print(type(d).__name__, d.device)"
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ClangDevice CLANG"
@@ -117,5 +117,5 @@ def test_core_opens_clang_when_a_compiler_exists():
 
 def test_alias_resolves_to_clang_through_core():
     installed_or_skip()
-    out = run_python("from tinycore.plugin.registry import Device; print(Device.canonicalize('cpu:1'))")
+    out = run_python("from tinycore.device import Device; print(Device.canonicalize('cpu:1'))")
     assert out.stdout.strip() == "CLANG:1", out.stderr

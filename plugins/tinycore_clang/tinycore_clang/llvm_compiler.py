@@ -120,7 +120,7 @@ class LLVMCompiler(Compiler):
     run a kernel.
     """
 
-    streams = True  # compile_many starts on each source as it arrives (see `tinycore.runtime.compiler.Compiler`)
+    streams = True  # compile_many starts on each source as it arrives (see `tinycore.backend.compiler.Compiler`)
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 
-from tinycore.runtime.disk_cache import disk_get, disk_put
+from tinycore.backend.disk_cache import disk_get, disk_put
 
 
 class Compiler:

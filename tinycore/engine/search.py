@@ -1,4 +1,8 @@
-"""BEAM search over kernel optimizations, timed on the real device.
+"""BEAM search over kernel optimizations, timed on the real device, and `kernel_program`: how the engine builds a
+kernel's program (the search's opts with ``BEAM>=1``, else code generation's heuristics).
+
+The search lives in the engine, not in code generation: it builds runners (`CompiledRunner`) and buffers on the
+device to time candidates, and code generation sits below both.
 
 `beam_search(k, rawbufs, beam_width)` starts from the unoptimized kernel and the hand-coded heuristics' choice,
 then repeatedly extends every kernel of the beam by one legal action (`actions`), compiles the new candidates (in
@@ -17,7 +21,7 @@ Guarantees and safety:
   after its step's compile batch started; one whose first run is `EARLY_STOP` times slower than the best so far
   is not timed again (a launch can't be interrupted, so a slow one costs one run).
 
-Results are cached on disk (`tinycore.runtime.disk_cache`, table ``"beam"``) under the AST's structural key, the
+Results are cached on disk (`tinycore.backend.disk_cache`, table ``"beam"``) under the AST's structural key, the
 renderer (family, arch, class, thread count), the compiler's cache key parts (which include the resolved CPU
 features on CLANG) and the beam width. ``IGNORE_BEAM_CACHE=1`` skips the lookup (the new result is still stored);
 ``CACHELEVEL=0`` disables the cache. Progress lines are printed at ``DEBUG>=1``.
@@ -43,13 +47,22 @@ from typing import TYPE_CHECKING, Any
 from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinycore.dtype import PtrDType, dtypes
 from tinycore.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, getenv
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from tinycore.device import Buffer
-    from tinycore.renderer import ProgramSpec
+    from tinycore.renderer import ProgramSpec, Renderer
 
-__all__ = ["BEAM_MAX_STEPS", "BEAM_PATIENCE", "Candidate", "actions", "beam_search", "beam_cache_key", "time_program"]
+__all__ = [
+    "BEAM_MAX_STEPS",
+    "BEAM_PATIENCE",
+    "Candidate",
+    "actions",
+    "beam_cache_key",
+    "beam_search",
+    "kernel_program",
+    "time_program",
+]
 
 BEAM_MAX_STEPS = 12
 BEAM_PATIENCE = 1  # steps without a faster candidate before the search stops
@@ -279,8 +292,8 @@ def beam_search(k: Kernel, rawbufs: list[Buffer] | None, beam_width: int, device
     a copy of `k` with the winning opts applied. `rawbufs` are buffers to time on (one per DEFINE_GLOBAL, in
     argument order; None: random buffers of the right sizes are allocated). `device` defaults to the renderer's
     device family."""
+    from tinycore.backend.disk_cache import disk_get, disk_put
     from tinycore.codegen.heuristic import hand_coded_optimizations
-    from tinycore.runtime.disk_cache import disk_get, disk_put
 
     ren = k.renderer
     assert ren is not None, "beam_search needs a kernel with a renderer"
@@ -371,3 +384,16 @@ def _final_choice(
     t_best = min(time_program(best.runner, bufs, var_vals, TIMING_RUNS, None), best.seconds or float("inf"))
     t_heur = min(time_program(heur.runner, bufs, var_vals, TIMING_RUNS, None), heur.seconds or float("inf"))
     return best if t_best <= t_heur else heur
+
+
+def kernel_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+    """The program of kernel `ast` for `renderer` as the engine builds it: with ``BEAM>=1`` (and ``NOOPT`` off) the
+    opts a BEAM search of that width finds timing candidates on the renderer's device, else
+    `tinycore.codegen.get_program`'s default (the hand-coded heuristics)."""
+    from tinycore.codegen import get_kernel, get_program
+    from tinycore.helpers import BEAM, NOOPT
+
+    if BEAM >= 1 and not NOOPT:
+        opts = list(beam_search(get_kernel(ast, renderer), None, int(BEAM.value)).applied_opts)
+        return get_program(ast, renderer, opts)
+    return get_program(ast, renderer)

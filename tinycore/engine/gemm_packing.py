@@ -1,0 +1,246 @@
+"""Panel packing of matmul right operands: a scheduling pass over the tensor graph, run on a schedule-cache miss.
+
+A renderer that declares ``gemm_panel_bytes`` (CPU-style: `tinycore.renderer.Renderer`) wants the right operand
+``(..., K, N)`` of a large matrix product laid out in column panels ``(..., N / p, K, p)``, ``p`` elements of
+``gemm_panel_bytes`` each: its register-blocked matmul kernel then reads one panel row (``p`` consecutive elements)
+per reduce step, and a column tile's strip of the operand is contiguous. `Tensor.dot` builds the plain product; this
+pass finds it in the graph and reads the right operand through a packed copy instead.
+
+**What a product looks like.** For ``x (..., M, K) @ w (..., K, N)`` `Tensor.dot` builds::
+
+    REDUCE_AXIS(ADD, (last,))                       shape (..., M, N, 1)
+      [CAST]                                        int products summed in a wider dtype
+        MUL                                         shape (..., M, N, K)
+          [EXPAND] [CAST] RESHAPE(x ..., (..., M, 1, K))
+          [EXPAND] [RESHAPE: leading 1s] [CAST] RESHAPE(PERMUTE(w, swap the last two), (..., 1, N, K))
+
+(16-bit floats are cast to float32 before the product, so ``w`` is then that ``CAST``; a mixed-dtype product casts
+one side after its reshape.) The node ``RESHAPE(PERMUTE(w))`` is the right operand as the product reads it; the
+rows are ``prod(x.shape[:-1])``, read off the left side's reshape.
+
+**The decision** (`packed_operand`): pack when the device's renderer has panels of at least two elements, ``N`` is
+wider than one panel, the product has at least `PACK_MIN_ROWS` rows and the operand at least `PACK_MIN_ELEMENTS`
+elements, and either the operand is not a row-major view of its source (a transpose: its columns would otherwise be
+gathered lane by lane) or it is large: at least `PACK_MIN_ROWS_IN_PLACE` rows reuse it, or it is more than
+`PACK_MIN_BYTES_IN_PLACE` bytes (beyond a core's L2). When ``N`` is not a multiple of the panel the last panel is
+filled up with zeros: the kernel pads its column axis to whole panels (``PADTO``) and still reads whole vectors,
+storing only the real columns. A small row-major operand with such an ``N`` stays in place: the kernel's last column
+tile overlaps the one before it (``OVERLAP``), whole vectors too.
+
+**The rewrite.** The right source of a product's ``MUL`` (the operand's reshape, broadcast to the product's shape)
+is replaced, wherever the graph uses it, by the same chain over ``unpack(CONTIGUOUS(pack(w)))``: the gradient
+product autograd built from that node (``dx = dout @ w.T`` multiplies by it) reads the packed copy as well, one
+packing kernel for both, as when `Tensor.dot` packed before autograd saw the graph. Products of one operand with
+different row counts have different broadcasts, so each decides for itself. The values never change; only where the
+kernels read them from.
+
+**Caching.** The pass reads shapes, dtypes, the device, movement args and op structure only: everything the
+schedule-cache key (`tinycore.engine.schedule_cache.KeyWalk`) covers, so a cache hit (which runs no pass) is right.
+
+>>> from tinycore.dtype import dtypes
+>>> from tinycore.engine.realized import new_buffer_uop
+>>> x = new_buffer_uop("PYTHON", 8 * 4, dtypes.float).reshape((8, 4))
+>>> pack_gemm_operands(UOp.sink(x + x)) is UOp.sink(x + x)  # no product: the graph is returned as it is
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinycore.device import renderer_setting
+from tinycore.helpers import prod
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+
+__all__ = [
+    "PACK_MIN_BYTES_IN_PLACE",
+    "PACK_MIN_ELEMENTS",
+    "PACK_MIN_ROWS",
+    "PACK_MIN_ROWS_IN_PLACE",
+    "find_products",
+    "gemm_panel",
+    "pack_gemm_operands",
+    "packed_operand",
+    "pm_pack_gemm",
+]
+
+PACK_MIN_ELEMENTS = 1 << 14  # operands smaller than this stay in cache anyway
+PACK_MIN_ROWS = 16  # fewer rows than this (a matrix-vector product) reuse the right operand too little to repack
+# A right operand already row-major in memory is repacked only when the kernel reads it from beyond a core's L2 or
+# many rows reuse each panel. Measured on AVX2 (fp32, heuristic kernels, TinyJit replay, the copy included, GFLOPS
+# packed vs in place): operands up to 256 KiB with up to 256 rows are faster in place (160^3: 146 vs 179, 256^3: 115
+# vs 155), with 512 rows or more packed (512x256@256x256: 185 vs 160, 1024x128@128x128: 184 vs 168); 1-2 MiB ones
+# gain packed even with 128 rows (128x784@784x512: 163 vs 119). A transposed operand (``dh @ w.T`` in a backward
+# pass) is always repacked.
+PACK_MIN_ROWS_IN_PLACE = 384
+PACK_MIN_BYTES_IN_PLACE = 512 << 10
+
+
+def gemm_panel(device: Any, itemsize: int) -> int:
+    """Width in elements of the column panels `device`'s renderer wants a matmul's right operand of `itemsize`-byte
+    elements packed into (its ``gemm_panel_bytes``; 0: no packing, or the device can't be asked).
+
+    >>> gemm_panel("PYTHON", 4)
+    0
+    """
+    nbytes = int(renderer_setting(device, "gemm_panel_bytes", 0) or 0)
+    return nbytes // itemsize if nbytes >= 2 * itemsize else 0
+
+
+def _row_major_view(w: UOp) -> bool:
+    """Whether `w` is its source's elements in order along the last axis: the movement ops between `w` and the
+    first computed or stored node only reshape or shrink (a ``PERMUTE``, ``FLIP``, ``PAD`` or ``EXPAND`` on the way
+    may move other elements under the last axis)."""
+    node = w
+    while node.op in GroupOp.Movement:
+        if node.op is not Ops.RESHAPE and node.op is not Ops.SHRINK:
+            return False
+        node = node.src[0]
+    return True
+
+
+def _swap_last_two(order: Any) -> bool:
+    n = len(order)
+    return n >= 2 and tuple(order) == (*range(n - 2), n - 1, n - 2)
+
+
+def _strip(node: UOp, ops: tuple[Ops, ...]) -> UOp:
+    while node.op in ops:
+        node = node.src[0]
+    return node
+
+
+def _right_operand(side: UOp) -> UOp | None:
+    """The ``RESHAPE(PERMUTE(w), (..., 1, N, K))`` node under `side`, the right source of a product's ``MUL`` (shape
+    ``(..., N, K)``), or None when `side` is not a transposed operand reshaped that way."""
+    n, k = side.shape[-2], side.shape[-1]
+    node = _strip(side, (Ops.EXPAND,))
+    while node.op in (Ops.RESHAPE, Ops.CAST):
+        src = node.src[0]
+        if node.op is Ops.RESHAPE and src.op is Ops.PERMUTE:
+            shape, tshape = node.shape, src.shape
+            if (
+                _swap_last_two(src.arg)
+                and len(shape) == len(tshape) + 1
+                and shape[-3:] == (1, n, k)
+                and tshape == (*shape[:-3], n, k)
+            ):
+                return node
+            return None
+        node = src
+    return None
+
+
+def _rows(side: UOp, k: Any) -> Any:
+    """``prod(x.shape[:-1])`` for the left side `side` of a product's ``MUL`` (``RESHAPE(x, (..., M, 1, K))`` under an
+    optional ``EXPAND`` and ``CAST``), or None when `side` is not shaped that way."""
+    node = _strip(side, (Ops.EXPAND, Ops.CAST))
+    if node.op is not Ops.RESHAPE or len(node.shape) < 3 or node.shape[-2:] != (1, k):
+        return None
+    return prod(node.shape[:-2])
+
+
+def _product(reduce: UOp) -> tuple[UOp, Any] | None:
+    """``(the MUL's right source, rows)`` when `reduce` is a matrix product as `Tensor.dot` builds it (see the module
+    docstring), else None."""
+    if reduce.arg[0] is not Ops.ADD:
+        return None
+    mul = reduce.src[0]
+    if mul.op is Ops.CAST:
+        mul = mul.src[0]
+    if mul.op is not Ops.MUL or len(mul.src) != 2 or mul.shape is None or len(mul.shape) < 3:
+        return None
+    if tuple(reduce.arg[1]) != (len(mul.shape) - 1,):
+        return None
+    rows = _rows(mul.src[0], mul.shape[-1])
+    if rows is None or _right_operand(mul.src[1]) is None:
+        return None
+    return mul.src[1], rows
+
+
+def find_products(sink: UOp) -> dict[UOp, Any]:
+    """``{right side: rows}`` for every matrix product under `sink`, the right side being the ``MUL``'s source
+    that reads the right operand (``[EXPAND] ... RESHAPE(PERMUTE(w))``, see the module docstring). Two products with
+    one right side (the same broadcast of one operand) count the larger row count."""
+    found: dict[UOp, Any] = {}
+    for node in sink.toposort():
+        if node.op is Ops.REDUCE_AXIS:
+            product = _product(node)
+            if product is not None:
+                side, rows = product
+                old = found.get(side)
+                found[side] = rows if old is None or not isinstance(rows, int) or rows > old else old
+    return found
+
+
+def packed_operand(w: UOp, rows: Any) -> UOp | None:
+    """The right operand `w` ``(..., K, N)`` of a matmul with `rows` rows, as the same logical view of a copy laid
+    out in column panels ``(..., N / p, K, p)`` (zero-filled up to whole panels), or None when it stays in place
+    (the decision of the module docstring).
+
+    >>> from tinycore.dtype import dtypes
+    >>> from tinycore.engine.realized import new_buffer_uop
+    >>> packed_operand(new_buffer_uop("PYTHON", 512 * 512, dtypes.float).reshape((512, 512)), 512) is None
+    True
+    """
+    shape = w.shape
+    if shape is None or len(shape) < 2 or not all(isinstance(d, int) for d in (*shape, rows)):
+        return None
+    k, n = shape[-2], shape[-1]
+    if rows < PACK_MIN_ROWS or k * n < PACK_MIN_ELEMENTS:
+        return None
+    device = w.device
+    panel = gemm_panel(device, w.dtype.itemsize) if isinstance(device, str) else 0
+    if panel < 2 or n <= panel:
+        return None
+    if _row_major_view(w):
+        if rows < PACK_MIN_ROWS_IN_PLACE and k * n * w.dtype.itemsize <= PACK_MIN_BYTES_IN_PLACE:
+            return None
+    lead = tuple(shape[:-2])
+    nl = len(lead)
+    wide = -(-n // panel) * panel
+    src = w if wide == n else w.pad(((0, 0),) * (nl + 1) + ((0, wide - n),))
+    order = (*range(nl), nl + 1, nl, nl + 2)
+    packed = src.reshape((*lead, k, wide // panel, panel)).permute(order).contiguous()
+    unpacked = packed.permute(order).reshape((*lead, k, wide))
+    return unpacked if wide == n else unpacked.shrink(tuple((0, d) for d in (*lead, k, n)))
+
+
+def _pack_right_side(ctx: dict[UOp, Any], side: UOp) -> UOp | None:
+    """`side` (a product's right ``MUL`` source, found by `find_products`) read through a packed copy of its
+    operand, or None when it stays in place."""
+    rows = ctx.get(side)
+    if rows is None:
+        return None
+    right = _right_operand(side)
+    if right is None:
+        return None
+    transpose = right.src[0]
+    packed = packed_operand(transpose.src[0], rows)
+    if packed is None:
+        return None
+    path = [side]  # side ... right: the broadcast and casts above the operand's reshape, rebuilt over the copy
+    while path[-1] is not right:
+        path.append(path[-1].src[0])
+    new = packed.permute(transpose.arg).reshape(right.arg)
+    for node in reversed(path[:-1]):
+        new = node.replace(src=(new,))
+    return new
+
+
+pm_pack_gemm = PatternMatcher(
+    [(UPat((Ops.EXPAND, Ops.RESHAPE, Ops.CAST), name="side"), _pack_right_side)],
+    name="pack_gemm_operands",
+)
+
+
+def pack_gemm_operands(sink: UOp) -> UOp:
+    """`sink` (a ``SINK`` of tensor-level uops) with the right operand of every matrix product the device wants
+    packed read through a panel-packed copy (the module docstring). Returns `sink` itself when there is nothing to
+    pack; the rewrite (`pm_pack_gemm`, the ``pack_gemm_operands`` pass) runs only when there is a product."""
+    products = find_products(sink)
+    if not products:
+        return sink
+    # bottom-up: a product's right side is matched as it was found, before its sources are rewritten
+    return graph_rewrite(sink, pm_pack_gemm, ctx=products, bottom_up=True, name="pack_gemm_operands")

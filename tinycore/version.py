@@ -1,0 +1,3 @@
+"""The version of the tinycore core distribution (kept in step with pyproject.toml)."""
+
+__version__ = "0.1.0"
