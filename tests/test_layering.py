@@ -1,9 +1,9 @@
 """The core's package layering (docs/architecture.md, "Layers"): every import points down, and no package import
 cycle exists, function-level imports included.
 
-Imports inside ``if TYPE_CHECKING:`` blocks are left out: they only name types for annotations and never run. Dynamic
-imports of core modules (``importlib.import_module("tinycore...")``) are forbidden outside the lazy public namespace
-of ``tinycore/__init__.py``, so that no cycle hides behind one.
+Imports inside ``if TYPE_CHECKING:`` blocks count too: they never run, but a type named from a layer above is the
+same dependency in the reader's head. Dynamic imports of core modules (``importlib.import_module("tinycore...")``)
+are forbidden outside the lazy public namespace of ``tinycore/__init__.py``, so that no cycle hides behind one.
 """
 
 from __future__ import annotations
@@ -48,25 +48,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports_of(path: Path) -> tuple[list[Import], list[tuple[int, str]]]:
     """The core imports of the module at `path`, and its dynamic imports of core modules (line, name)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block)
-                   for stmt in block.body for n in ast.walk(stmt)}  # fmt: skip
     top = {id(n) for n in tree.body}
     found, dynamic = [], []
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from tinycore.backend.allocator import Allocator
     from tinycore.backend.compiler import Compiler
     from tinycore.dtype import DType
-    from tinycore.engine.graph_runner import GraphRunner
     from tinycore.renderer import Renderer
 
 __all__ = [
@@ -138,7 +137,8 @@ class Compiled:
     - `runtime`: the device's `Program` class (or factory), constructed as ``Program(device, name, lib)`` where
       `device` is this object; ``compiled.runtime(name, lib)`` is that class with this device bound (`program_class`
       is the class);
-    - `graph`: a `GraphRunner` subclass for batched JIT replay, or None;
+    - `graph`: a `tinycore.engine.graph_runner.GraphRunner` subclass for batched JIT replay, or None (typed
+      `type` here: the engine sits above this module);
     - `capabilities`: what the family supports: the owning plugin's ``tinycore_device_capabilities`` answer (the
       one way a plugin declares them), else derived from the renderer and allocator.
 
@@ -152,7 +152,7 @@ class Compiled:
         renderer: Renderer | None,
         compiler: Compiler | None,
         runtime: Callable[[Compiled, str, bytes], Program] | None,
-        graph: type[GraphRunner] | None = None,
+        graph: type | None = None,
     ):
         family, _, ordinal = device.upper().partition(":")
         self.device = family if ordinal in ("", "0") else f"{family}:{int(ordinal)}"

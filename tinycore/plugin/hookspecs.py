@@ -17,8 +17,8 @@ import pluggy
 from tinycore.backend.compiled import DeviceCapabilities, ProbeResult
 
 if TYPE_CHECKING:
+    from tinycore.backend.compiled import Compiled
     from tinycore.backend.compiler import Compiler
-    from tinycore.device import Compiled
     from tinycore.renderer import Renderer
     from tinycore.uop.patterns import PatternMatcher
 
