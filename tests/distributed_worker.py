@@ -143,8 +143,8 @@ def digits(steps: int = 20) -> None:
         params = get_parameters(model)
         if distributed:
             dist.broadcast_parameters(params)
-        else:  # realized, as broadcast_parameters leaves them (a first Adam step on never-realized conv weights
-            Tensor.realize(*params)  # differs from one on realized weights: a core issue reported separately)
+        else:  # realized, as broadcast_parameters leaves them (the same first step either way since the scheduler
+            Tensor.realize(*params)  # orders reads before later ASSIGNs: tests/faults/test_evaluation_order.py)
         opt = nn.optim.Adam(params, lr=3e-3)
 
         @TinyJit

@@ -421,3 +421,19 @@ def test_huge_constant_sum_is_exact() -> None:
     assert Tensor.ones(10**10).sum().item() == 1e10
     assert Tensor.full((10**10,), 0.5).mean().item() == 0.5
     assert Tensor.ones(2, 3 * 10**9).sum(1).tolist() == [3e9, 3e9]
+
+
+@pytest.mark.parametrize("n", [5, 64, 65, 200, 5000])
+def test_logcumsumexp_shifts_each_prefix_by_its_own_max(n: int) -> None:
+    # an element ~300 below a later maximum still counts in the prefixes before that maximum (a shift by the row's
+    # max would make them -inf); long rows cross the 64-element blocks and their combining step
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal((2, n)) * 50).astype(np.float32)
+    a[:, 0], a[:, -1] = -300.0, 300.0
+    t, tt = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    out, ref = t.logcumsumexp(1), torch.logcumsumexp(tt, 1)
+    out.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-6, atol=2e-5)
+    assert np.isfinite(out.numpy()).all()
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=2e-5, atol=1e-3)

@@ -107,6 +107,40 @@ def _scan_last(x: Tensor, op: Ops) -> Tensor:
     return out.shrink((*((0, s) for s in lead), (0, n)))
 
 
+def _shift(x: Tensor, axis: int) -> Tensor:
+    """The (detached) max of `x` along `axis`, kept, NaNs left out and infinities replaced by 0: the shift that keeps
+    ``exp(x - shift)`` finite for a log-sum-exp (an infinite max gives the infinite result through ``exp``)."""
+    m = (x != x).where(-math.inf, x)._reduce(Ops.MAX, axis, True).detach()
+    return m.isinf().where(0.0, m)
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    """``log(exp(a) + exp(b))`` elementwise, shifted by the larger of the two (finite for any finite inputs)."""
+    m = a.maximum(b).detach()
+    m = (m.isinf() | (m != m)).where(0.0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
+
+
+def _logcumsumexp_last(x: Tensor) -> Tensor:
+    """Inclusive log-cumsum-exp along the last axis, each prefix shifted by its own max (as PyTorch), blocked like
+    `_scan_last`: within a block of `_SCAN_BLOCK` every prefix is a masked log-sum-exp over its row of the block;
+    block totals are scanned the same way and combined with `_logaddexp`."""
+    n = int(x.shape[-1])
+    lead = tuple(x.shape[:-1])
+    if n <= _SCAN_BLOCK:
+        rows = _lower_tri(n, x.device).where(x.reshape(*lead, 1, n), -math.inf)  # (..., i, j): x_j for j <= i
+        m = _shift(rows, -1)
+        return ((rows - m).exp()._reduce(Ops.ADD, -1, True).log() + m).reshape(*lead, n)
+    nb = -(-n // _SCAN_BLOCK)
+    padded = x.pad(((0, 0),) * len(lead) + ((0, nb * _SCAN_BLOCK - n),), value=-math.inf)
+    inner = _logcumsumexp_last(padded.reshape(*lead, nb, _SCAN_BLOCK))
+    totals = inner.shrink((*((0, s) for s in lead), (0, nb), (_SCAN_BLOCK - 1, _SCAN_BLOCK)))
+    prefix = _logcumsumexp_last(totals.reshape(*lead, nb))
+    before = prefix.pad(((0, 0),) * len(lead) + ((1, 0),), value=-math.inf).shrink((*((0, s) for s in lead), (0, nb)))
+    out = _logaddexp(inner, before.reshape(*lead, nb, 1)).reshape(*lead, nb * _SCAN_BLOCK)
+    return out.shrink((*((0, s) for s in lead), (0, n)))
+
+
 def cascade_sum(x: Tensor, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
     """``x._reduce(ADD, axis, keepdim)``, split into stages when `x` is a float and each output sums more than
     `_CASCADE_MIN` elements, unless it is a full reduction of at most `_CASCADE_ALWAYS` elements that
@@ -327,9 +361,9 @@ class ReduceMixin:
         return self._scan(axis, Ops.MAX)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:  # type: ignore[misc]
-        """``log(cumsum(exp(x)))`` along `axis`, shifted by the (detached) max of the axis, NaNs left out (a NaN
-        only spoils the prefixes that contain it, as in PyTorch). Elements more than ~87 below that max underflow to
-        -inf where PyTorch (which shifts per prefix) stays finite. float16/bfloat16 are computed in float32."""
+        """``log(cumsum(exp(x)))`` along `axis`, each prefix shifted by its own (detached) max as in PyTorch, so an
+        element far below a later maximum still counts; NaNs spoil only the prefixes that contain them.
+        float16/bfloat16 are computed in float32. Blocked like `cumsum`: O(n * 64) work."""
         out = least_upper_float(self.dtype)
         x = self.cast(sum_acc_dtype(out))
         if x.ndim == 0:
@@ -337,9 +371,9 @@ class ReduceMixin:
         ax = x._axis(axis)
         if x.shape[ax] == 0:
             return x.cast(out)
-        m = (x != x).where(-math.inf, x)._reduce(Ops.MAX, ax, True).detach()
-        m = m.isinf().where(0.0, m)
-        return ((x - m).exp().cumsum(ax).log() + m).cast(out)
+        y = x.transpose(ax, -1) if ax != x.ndim - 1 else x
+        r = _logcumsumexp_last(y)
+        return (r.transpose(ax, -1) if ax != x.ndim - 1 else r).cast(out)
 
     # ----- sorting
 
