@@ -343,3 +343,38 @@ def test_unary_ops_on_special_values_in_16_bit_floats(device: str, name: str, dt
     ref = torch_fn(torch.tensor(values).to(getattr(torch, dtype))).float().numpy()
     atol, rtol = HALF_TOLERANCE[dtype]
     _compare(ours, ref, atol, rtol, f"{name} in {dtype} on {device}")
+
+
+def test_losses_with_masked_logits_and_saturated_probabilities_are_finite_like_torch() -> None:
+    # a -inf logit (a masked class) must stay out of class-index losses: 0 * -inf would make the loss NaN
+    import torch.nn.functional as F
+
+    logits = np.array([[0.0, 1.0, 2.0], [-math.inf, 0.0, 1.0], [5.0, 5.0, -math.inf]], dtype=F32)
+    target = np.array([2, 1, 0])
+    losses = {
+        "cross_entropy": (lambda x, y: x.cross_entropy(y), lambda x, y: F.cross_entropy(x, y)),
+        "cross_entropy smoothed": (
+            lambda x, y: x.cross_entropy(y, label_smoothing=0.1),
+            lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1),  # torch: inf (the -inf logit is smoothed in)
+        ),
+        "sparse_categorical_crossentropy": (
+            lambda x, y: x.sparse_categorical_crossentropy(y),
+            lambda x, y: F.cross_entropy(x, y),
+        ),
+        "nll_loss": (lambda x, y: x.log_softmax(1).nll_loss(y), lambda x, y: F.nll_loss(F.log_softmax(x, 1), y)),
+    }
+    for name, (ours, theirs) in losses.items():
+        x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+        got, want = ours(x, Tensor(target)), theirs(tx, torch.tensor(target))
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, err_msg=name)
+        if math.isfinite(want.item()):
+            got.backward()
+            want.backward()
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+    # probabilities at exactly 0 and 1 with matching targets: the loss is 0 and the gradient finite (the log is
+    # clamped at -100 as in torch, and the clamped side carries no gradient)
+    p = Tensor(np.array([0.0, 1.0, 0.5], dtype=F32), requires_grad=True)
+    loss = p.binary_crossentropy(Tensor(np.array([0.0, 1.0, 1.0], dtype=F32)))
+    loss.backward()
+    assert np.isclose(loss.item(), -math.log(0.5) / 3, rtol=1e-6)
+    assert np.isfinite(p.grad.numpy()).all()

@@ -164,7 +164,7 @@ def test_device_without_panels_is_left_alone():
 
 
 def test_pass_is_a_named_rule_table():
-    assert pm_pack_gemm.name == "pack_gemm_operands" and len(pm_pack_gemm) == 1
+    assert pm_pack_gemm.name == "pack_gemm_operands" and len(pm_pack_gemm) == 2  # matmul operands, conv inputs
 
 
 def test_forward_and_backward_products_share_one_packing_kernel(clang):

@@ -1,4 +1,5 @@
-"""Panel packing of matmul right operands: a scheduling pass over the tensor graph, run on a schedule-cache miss.
+"""Panel packing of matmul right operands and copies of padded convolution inputs: a scheduling pass over the
+tensor graph, run on a schedule-cache miss.
 
 A renderer that declares ``gemm_panel_bytes`` (CPU-style: `tinycore.renderer.Renderer`) wants the right operand
 ``(..., K, N)`` of a large matrix product laid out in column panels ``(..., N / p, K, p)``, ``p`` elements of
@@ -34,6 +35,28 @@ packing kernel for both, as when `Tensor.dot` packed before autograd saw the gra
 different row counts have different broadcasts, so each decides for itself. The values never change; only where the
 kernels read them from.
 
+**Padded convolution inputs** (`find_conv_inputs`, rule `_copy_conv_input`). The same renderers want a large padded
+convolution input in memory: the convolution kernel then loads whole vectors of a row without a bounds check per lane
+(the copy is cheap next to the ``cin * prod(kernel)`` reads of every element the convolution makes; measured 2x on a
+3x3 conv of 8x64x56x56). `Tensor.conv2d` builds the plain view::
+
+    REDUCE_AXIS(ADD, (cin/g, *kernel) axes, or the batch and output axes for the weight gradient)
+      [CAST]
+        MUL                                  shape (bs, g, cout/g, *out, cin/g, *kernel): 2m + 4 axes
+          EXPAND ... [CAST] ... window view (RESHAPE PERMUTE EXPAND SHRINK, a strided window's tail PAD)
+            PAD(((0, 0), (0, 0), *spatial))  the input (bs, cin, *spatial), padded
+          EXPAND RESHAPE(weight)
+
+A ``PAD`` one ``MUL`` source reaches through movement ops and casts only, with the input's rank ``m + 2``, batch
+``bs`` and channels ``g * cin/g`` and its batch and channel axes unpadded, is a convolution input; the first such
+``PAD`` from the top, skipping the tail a strided window adds to the first spatial axis (only the end of the last
+axis padded, right above another such ``PAD``, `_window_fit`). It is read through ``CONTIGUOUS`` (every movement op
+right above it, so the weight gradient's product reads the one copy too) when the device's renderer declares
+``gemm_panel_bytes`` (`gemm_panel` nonzero) and it has at least `PACK_MIN_ELEMENTS` elements
+(`copies_conv_input`); small inputs stay in cache either way: one kernel, no copy. ``x.pad(p).conv2d(w)`` is the very
+graph of ``x.conv2d(w, padding=p)`` and is copied alike; a matmul of a padded matrix (a 3-axis product) and a pool
+(no ``MUL``) are not convolutions.
+
 **Caching.** The pass reads shapes, dtypes, the device, movement args and op structure only: everything the
 schedule-cache key (`tinycore.engine.schedule_cache.KeyWalk`) covers, so a cache hit (which runs no pass) is right.
 
@@ -58,6 +81,8 @@ __all__ = [
     "PACK_MIN_ELEMENTS",
     "PACK_MIN_ROWS",
     "PACK_MIN_ROWS_IN_PLACE",
+    "copies_conv_input",
+    "find_conv_inputs",
     "find_products",
     "gemm_panel",
     "pack_gemm_operands",
@@ -207,10 +232,10 @@ def packed_operand(w: UOp, rows: Any) -> UOp | None:
     return unpacked if wide == n else unpacked.shrink(tuple((0, d) for d in (*lead, k, n)))
 
 
-def _pack_right_side(ctx: dict[UOp, Any], side: UOp) -> UOp | None:
+def _pack_right_side(ctx: _Found, side: UOp) -> UOp | None:
     """`side` (a product's right ``MUL`` source, found by `find_products`) read through a packed copy of its
     operand, or None when it stays in place."""
-    rows = ctx.get(side)
+    rows = ctx.products.get(side)
     if rows is None:
         return None
     right = _right_operand(side)
@@ -229,18 +254,121 @@ def _pack_right_side(ctx: dict[UOp, Any], side: UOp) -> UOp | None:
     return new
 
 
+def _input_pad(node: UOp, m: int, mul_shape: tuple[Any, ...]) -> bool:
+    """Whether `node` is a ``PAD`` of a convolution input ``(bs, cin, *spatial)`` as `Tensor.conv2d` builds it for
+    the product of shape `mul_shape` (``(bs, groups, cout / groups, *out, cin / groups, *kernel)``, `m` spatial
+    axes): the batch and channel axes unpadded and at least one spatial side padded."""
+    if node.op is not Ops.PAD or node.shape is None or len(node.shape) != m + 2:
+        return False
+    pads = tuple(tuple(p) for p in node.arg)
+    if pads[0] != (0, 0) or pads[1] != (0, 0) or all(p == (0, 0) for p in pads[2:]):
+        return False
+    return node.shape[0] == mul_shape[0] and node.shape[1] == mul_shape[1] * mul_shape[3 + m]
+
+
+def _window_fit(pad: UOp, m: int, mul_shape: tuple[Any, ...]) -> bool:
+    """Whether `pad` is the zero tail a strided window adds to the first spatial axis (``_window_1d``'s fit: only
+    the end of the last axis padded) right above the input's own padding (through the ``PERMUTE`` that moved that
+    axis last): the input is then the ``PAD`` below it."""
+    pads = tuple(tuple(p) for p in pad.arg)
+    if any(p != (0, 0) for p in pads[:-1]) or pads[-1][0] != 0:
+        return False
+    below = pad.src[0]
+    if below.op is Ops.PERMUTE:
+        below = below.src[0]
+    return _input_pad(below, m, mul_shape)
+
+
+def _conv_input(side: UOp, m: int, mul_shape: tuple[Any, ...]) -> UOp | None:
+    """The padded convolution input `side` (one source of a product's ``MUL``) reads through movement ops and casts
+    only, or None. The window view above the input may itself pad (a strided window's fit); the input's ``PAD`` is
+    the first one from the top with the input's rank, batch and channels that is not such a fit."""
+    node = side
+    while node.op in GroupOp.Movement or node.op is Ops.CAST:
+        if _input_pad(node, m, mul_shape) and not _window_fit(node, m, mul_shape):
+            return node
+        node = node.src[0]
+    return None
+
+
+def copies_conv_input(pad: UOp) -> bool:
+    """Whether the padded convolution input `pad` is read through a copy in memory: its device's renderer declares
+    ``gemm_panel_bytes`` (`gemm_panel` of its element size is nonzero) and it has at least `PACK_MIN_ELEMENTS`
+    elements.
+
+    >>> from tinycore.dtype import dtypes
+    >>> from tinycore.engine.realized import new_buffer_uop
+    >>> x = new_buffer_uop("PYTHON", 8 * 64 * 56 * 56, dtypes.float).reshape((8, 64, 56, 56))
+    >>> copies_conv_input(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))))  # PYTHON declares no panels
+    False
+    """
+    shape, device = pad.shape, pad.device
+    if shape is None or not all(isinstance(d, int) for d in shape) or not isinstance(device, str):
+        return False
+    return gemm_panel(device, pad.dtype.itemsize) > 0 and prod(shape) >= PACK_MIN_ELEMENTS
+
+
+def find_conv_inputs(sink: UOp) -> set[UOp]:
+    """The padded convolution inputs under `sink` to read through a copy: every ``PAD`` a convolution's product
+    reads (see the module docstring) for which `copies_conv_input` holds. A product is a ``REDUCE_AXIS(ADD)`` of a
+    ``MUL`` (or of its ``CAST``) of shape ``(bs, groups, cout / groups, *out, cin / groups, *kernel)``, ``2m + 4``
+    axes for ``m`` spatial ones; the axes it sums do not matter, so the weight gradient (summed over the batch and
+    the output positions) counts too."""
+    found: set[UOp] = set()
+    for node in sink.toposort():
+        if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD:
+            continue
+        mul = node.src[0]
+        if mul.op is Ops.CAST:
+            mul = mul.src[0]
+        shape = mul.shape
+        if mul.op is not Ops.MUL or len(mul.src) != 2 or shape is None or len(shape) < 6 or len(shape) % 2:
+            continue
+        m = (len(shape) - 4) // 2
+        for side in mul.src:
+            pad = _conv_input(side, m, shape)
+            if pad is not None and pad not in found and copies_conv_input(pad):
+                found.add(pad)
+    return found
+
+
+def _copy_conv_input(ctx: _Found, use: UOp) -> UOp | None:
+    """`use` (a movement op straight over a padded convolution input found by `find_conv_inputs`) reading the input
+    through a ``CONTIGUOUS`` copy instead, or None when its source is no such input."""
+    pad = use.src[0]
+    if pad not in ctx.conv_inputs:
+        return None
+    return use.replace(src=(UOp(Ops.CONTIGUOUS, pad.dtype, (pad,)),))
+
+
+class _Found:
+    """What `pack_gemm_operands` found before rewriting: ``{right side: rows}`` of the matrix products and the
+    padded convolution inputs to copy (the rules' ``ctx``)."""
+
+    __slots__ = ("conv_inputs", "products")
+
+    def __init__(self, products: dict[UOp, Any], conv_inputs: set[UOp]):
+        self.products = products
+        self.conv_inputs = conv_inputs
+
+
 pm_pack_gemm = PatternMatcher(
-    [(UPat((Ops.EXPAND, Ops.RESHAPE, Ops.CAST), name="side"), _pack_right_side)],
+    [
+        (UPat((Ops.EXPAND, Ops.RESHAPE, Ops.CAST), name="side"), _pack_right_side),
+        (UPat(GroupOp.Movement, src=(UPat(Ops.PAD),), name="use"), _copy_conv_input),
+    ],
     name="pack_gemm_operands",
 )
 
 
 def pack_gemm_operands(sink: UOp) -> UOp:
     """`sink` (a ``SINK`` of tensor-level uops) with the right operand of every matrix product the device wants
-    packed read through a panel-packed copy (the module docstring). Returns `sink` itself when there is nothing to
-    pack; the rewrite (`pm_pack_gemm`, the ``pack_gemm_operands`` pass) runs only when there is a product."""
-    products = find_products(sink)
-    if not products:
+    packed read through a panel-packed copy, and every large padded convolution input read through a copy in memory
+    (the module docstring). Returns `sink` itself when there is neither; the rewrite (`pm_pack_gemm`, the
+    ``pack_gemm_operands`` pass) runs only when there is something to change."""
+    products, conv_inputs = find_products(sink), find_conv_inputs(sink)
+    if not products and not conv_inputs:
         return sink
     # bottom-up: a product's right side is matched as it was found, before its sources are rewritten
-    return graph_rewrite(sink, pm_pack_gemm, ctx=products, bottom_up=True, name="pack_gemm_operands")
+    found = _Found(products, conv_inputs)
+    return graph_rewrite(sink, pm_pack_gemm, ctx=found, bottom_up=True, name="pack_gemm_operands")

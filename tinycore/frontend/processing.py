@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_float, narrow_acc_dtype
-from tinycore.engine.gemm_packing import PACK_MIN_ELEMENTS, gemm_panel
 from tinycore.helpers import prod
 
 if TYPE_CHECKING:
@@ -58,9 +57,11 @@ def _unsqueeze(x: Tensor, axis: int) -> Tensor:
     return x.reshape(*x.shape[:axis], 1, *x.shape[axis:])
 
 
-def _numel(x: Tensor) -> int:
-    """The element count of `x` (0 when a dimension is symbolic)."""
-    return prod(x.shape) if all(isinstance(d, int) for d in x.shape) else 0
+def _clamped_log(p: Tensor) -> Tensor:
+    """``log(p)`` clamped below at -100 as PyTorch's binary cross entropy does, with a gradient of 0 where clamped
+    (not ``inf * 0 = NaN`` at ``p == 0``)."""
+    inside = p > math.exp(-100.0)
+    return inside.where(inside.where(p, 1.0).log(), -100.0)
 
 
 def _rsqrt(x: Tensor) -> Tensor:
@@ -401,7 +402,10 @@ class ProcessingMixin:
         """N-d cross-correlation like `torch.nn.functional.conv{1,2,3}d`; the number of spatial dims comes from
         ``weight`` (``(cout, cin/groups, *kernel)``). ``padding`` may be an int, one int per dim, ``2*m`` ints in
         `F.pad` order (asymmetric), ``'valid'`` or ``'same'``. One reduce kernel (bias fused). ``dtype`` (tinygrad)
-        is the accumulation and result dtype of the products' sum (before the bias).
+        is the accumulation and result dtype of the products' sum (before the bias). The padded input is a view; where
+        it lives in memory is the scheduler's decision: on a device whose renderer declares ``gemm_panel_bytes`` a
+        large one is copied first, so the convolution kernel loads whole rows without a bounds check per lane (a
+        second kernel, `tinycore.engine.gemm_packing`).
 
         >>> Tensor.ones(1, 2, 5, 5).conv2d(Tensor.ones(3, 2, 3, 3)).shape
         (1, 3, 3, 3)
@@ -433,12 +437,6 @@ class ProcessingMixin:
         pads = _resolve_padding(padding, tuple(kernel), dl, st)
         if any(p != (0, 0) for p in pads):
             x = x.pad(((0, 0), (0, 0), *pads))
-            if gemm_panel(x.device, x.dtype.itemsize) and _numel(x) >= PACK_MIN_ELEMENTS:
-                # a device that repacks matmul operands also wants the padded input in memory: the conv kernel then
-                # loads whole vectors of a row without a bounds check per lane (a copy of the input is cheap next
-                # to the cin * prod(kernel) reads of every element the convolution makes; measured 2x on a 3x3
-                # conv of 8x64x56x56). Small inputs stay in cache either way: one kernel, no copy.
-                x = x.contiguous()
         for n, k, d, (b, a) in zip(spatial, kernel, dl, pads):
             if n + b + a < d * (k - 1) + 1:
                 raise RuntimeError(
@@ -804,9 +802,7 @@ class ProcessingMixin:
         """Binary cross entropy of probabilities ``self`` against targets ``Y`` (logs clamped at -100 like
         PyTorch)."""
         _check_reduction(reduction)
-        log_p = self.log().maximum(-100.0)
-        log_1mp = (1 - self).log().maximum(-100.0)
-        return _reduce_loss(-(Y * log_p + (1 - Y) * log_1mp), reduction)
+        return _reduce_loss(-(Y * _clamped_log(self) + (1 - Y) * _clamped_log(1 - self)), reduction)
 
     def binary_crossentropy_logits(
         self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
@@ -827,8 +823,8 @@ class ProcessingMixin:
         log_probs = self.log_softmax(-1)
         keep = Y != ignore_index
         hot = _one_hot_along(Y, self.shape[-1], -1)
-        picked = hot.where(log_probs, 0.0).sum(-1)
-        loss = (1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1)
+        picked = hot.where(log_probs, 0.0).sum(-1)  # not `hot * log_probs`: a -inf logit (a mask) times 0 is NaN
+        loss = (1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) if label_smoothing else picked
         loss = -keep.where(loss, 0.0)
         if reduction == "mean":
             return loss.sum() / keep.cast(loss.dtype).sum()
@@ -840,15 +836,22 @@ class ProcessingMixin:
         _check_reduction(reduction)
         axis = 1 if self.ndim >= 2 else 0
         n_classes = self.shape[axis]
+        log_probs = self.log_softmax(axis)
         if not dtypes.is_float(Y.dtype):
-            Y = _one_hot_along(Y, n_classes, axis).cast(self.dtype)
-        elif Y.shape != self.shape:
+            # class indices: pick the target's log-probability (a -inf logit elsewhere, a mask, stays out, as in
+            # PyTorch, where multiplying by a one-hot would give 0 * -inf = NaN)
+            hot = _one_hot_along(Y, n_classes, axis)
+            loss = -hot.where(log_probs, 0.0).sum(axis)
+            if label_smoothing:
+                loss = (1 - label_smoothing) * loss - label_smoothing * log_probs.mean(axis)
+            return _reduce_loss(loss, reduction)
+        if Y.shape != self.shape:
             raise RuntimeError(
                 f"cross_entropy: probability targets of shape {list(Y.shape)} for input {list(self.shape)}"
             )
         if label_smoothing:
             Y = Y * (1 - label_smoothing) + label_smoothing / n_classes
-        return _reduce_loss(-(self.log_softmax(axis) * Y).sum(axis), reduction)
+        return _reduce_loss(-(log_probs * Y).sum(axis), reduction)
 
     def nll_loss(
         self: Tensor,
@@ -868,7 +871,7 @@ class ProcessingMixin:
         if ignore_index is not None:
             w = w * _unsqueeze(Y != ignore_index, axis).cast(self.dtype)
         w_sum = w.sum(axis)
-        loss = -(self * w).sum(axis)
+        loss = -hot.where(self * w, 0.0).sum(axis)  # only the targets' terms: a -inf elsewhere times 0 would be NaN
         if reduction == "mean":
             return loss.sum() / w_sum.sum()
         return _reduce_loss(loss, reduction)
