@@ -140,6 +140,49 @@ def main() -> None:
         lambda: timed(torch_replay, sync_torch, reps, inner=20) * 1e6,
         False,
     )
+    # the CPU benchmark's MLP train step: 784-512-512-10, batch 128, SGD; TinyJit'd here, eager torch there
+    rng = np.random.default_rng(0)
+    shapes = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
+    inits = [(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in shapes]
+    xb = rng.random((128, 784), dtype=np.float32)
+    yb = np.zeros((128, 10), np.float32)
+    yb[np.arange(128), rng.integers(0, 10, 128)] = 1
+    params = [Tensor(w, device=dev, requires_grad=True).realize() for w in inits]
+    mx, my = Tensor(xb, device=dev).realize(), Tensor(yb, device=dev).realize()
+
+    def mlp_step(xin: Tensor, yin: Tensor) -> Tensor:
+        w1, b1, w2, b2, w3, b3 = params
+        logits = ((xin @ w1 + b1).relu() @ w2 + b2).relu() @ w3 + b3
+        loss = -(logits.log_softmax(1) * yin).sum(1).mean()
+        for p_ in params:
+            p_.grad = None
+        loss.backward()
+        for p_ in params:
+            p_.assign(p_.detach() - 0.05 * p_.grad)
+        return loss.realize()
+
+    jit_step = TinyJit(mlp_step)
+    tparams = [torch.tensor(w, device=tdev, requires_grad=True) for w in inits]
+    tx_, ty_ = torch.tensor(xb, device=tdev), torch.tensor(yb, device=tdev)
+
+    def torch_step() -> None:
+        w1, b1, w2, b2, w3, b3 = tparams
+        logits = torch.relu(torch.relu(tx_ @ w1 + b1) @ w2 + b2) @ w3 + b3
+        loss = -(torch.log_softmax(logits, 1) * ty_).sum(1).mean()
+        for p_ in tparams:
+            p_.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p_ in tparams:
+                p_ -= 0.05 * p_.grad
+
+    row(
+        "MLP train step",
+        "steps/s",
+        lambda: 1 / timed(lambda: jit_step(mx, my), sync_tc, reps, inner=10),
+        lambda: 1 / timed(torch_step, sync_torch, reps, inner=10),
+        True,
+    )
     # eager dispatch: host time of one tiny op
     tiny = Tensor(np.ones(16, np.float32), device=dev).realize()
     ttiny = torch.ones(16, device=tdev)

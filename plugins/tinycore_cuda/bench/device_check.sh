@@ -18,36 +18,66 @@ if [ "${1:-}" = "--fetch" ]; then
     # what the H100 image lacks (PLATFORMS.md): platformdirs; the CUDA wheels there already fit our ranges
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --platform manylinux2014_x86_64 -d "$wheels" platformdirs
+    # the shared peer harness, for the CPU figures on that host (the last, optional step)
+    cp "$here/../../../../shared/bench/peer_bench.py" "$wheels/" 2>/dev/null || echo "no ../shared/bench/peer_bench.py"
     ls -l "$wheels"
     exit 0
 fi
 out="${1:-${OUT:-/tmp/device_check}}"
 mkdir -p "$out"
-step() { echo; echo "== $1 =="; }
+step() { echo; echo "== $1 ($(date +%T)) =="; }
+# each step keeps its whole log in $out (it comes back even when the run is cut short) and prints its tail here
+logged() { local name="$1" lines="$2"; shift 2; "$@" >"$out/$name.log" 2>&1; echo "[exit $?]" >>"$out/$name.log"; \
+    tail -n "$lines" "$out/$name.log"; }
 
 step "install"
 python3 -m pip install -q --no-index --no-deps "$wheels"/*.whl 2>&1 | grep -v "WARNING: Running pip as" | tail -3
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/tinycore_cuda 2>&1 \
-    | grep -v "WARNING: Running pip as" | tail -3
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/tinycore_cuda \
+    -e plugins/tinycore_clang 2>&1 | grep -v "WARNING: Running pip as" | tail -3
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
+python3 -c "import torch, numpy, cuda.bindings; print('torch', torch.__version__, 'numpy', numpy.__version__, \
+'cuda-bindings', cuda.bindings.__version__)" 2>&1 | tee -a "$out/gpu.txt"
+
+step "smoke: x+1, a reduce and a small fp16 matmul on CUDA against numpy (full traceback on failure)"
+logged smoke 40 timeout 90 python3 - <<'PY'
+import time, numpy as np
+t0 = time.perf_counter()
+from tinycore import Tensor
+from tinycore.device import Device
+x = np.arange(16, dtype=np.float32)
+print("x+1", np.array_equal((Tensor(x, device="CUDA") + 1).numpy(), x + 1), f"{time.perf_counter() - t0:.2f}s")
+r = np.random.default_rng(0).random((300, 77), dtype=np.float32)
+print("sum(1)", np.allclose(Tensor(r, device="CUDA").sum(1).numpy(), r.sum(1), rtol=1e-5))
+a, b = (np.random.default_rng(i).random((64, 64)).astype(np.float16) for i in (1, 2))
+got = (Tensor(a, device="CUDA") @ Tensor(b, device="CUDA")).numpy().astype(np.float32)
+print("fp16 matmul", np.allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2))
+print("device", Device["CUDA"], f"{time.perf_counter() - t0:.2f}s")
+PY
 
 step "tinycore doctor CUDA"
-timeout 60 python3 -m tinycore doctor CUDA 2>&1 | tee "$out/doctor.txt"
-
-step "conformance kit: static and core tiers on CUDA"
-timeout 120 python3 -m pytest -q -p no:cacheprovider --pyargs tinycore.testkit --tinycore-device=CUDA \
-    -k "TestStatic or TestCore" 2>&1 | tail -15 | tee "$out/kit.txt"
+logged doctor 30 timeout 60 python3 -m tinycore doctor CUDA
 
 step "issue 20 on hardware: dynamic shared memory > 48 KB, warp-shuffle reduces, tensor cores, SASS"
 # the GPU tests run for real here (elsewhere they skip); the SASS checks read cuobjdump/nvdisasm from the toolkit
-PATH="$PATH:/usr/local/cuda/bin" timeout 150 python3 -m pytest -q -p no:cacheprovider -rs \
-    plugins/tinycore_cuda/tests/test_cuda_shared_memory.py plugins/tinycore_cuda/tests/test_cuda_warp_reduce.py \
-    plugins/tinycore_cuda/tests/test_cuda_tensor_cores.py plugins/tinycore_cuda/tests/test_cuda_sass.py 2>&1 \
-    | tail -25 | tee "$out/issue20.txt"
-
-step "op-parity suites on CUDA"
-TINYCORE_TEST_DEVICES=CUDA timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_ops_elementwise.py \
-    tests/test_ops_reduce.py tests/test_ops_movement.py -k CUDA 2>&1 | tail -20 | tee "$out/ops.txt"
+PATH="$PATH:/usr/local/cuda/bin" logged issue20 30 timeout 120 python3 -m pytest -q -p no:cacheprovider -rs \
+    --tb=short plugins/tinycore_cuda/tests/test_cuda_shared_memory.py plugins/tinycore_cuda/tests/test_cuda_warp_reduce.py \
+    plugins/tinycore_cuda/tests/test_cuda_tensor_cores.py plugins/tinycore_cuda/tests/test_cuda_sass.py \
+    plugins/tinycore_cuda/tests/test_cuda_device.py
 
 step "benchmark beside torch"
-timeout 150 python3 plugins/tinycore_cuda/bench/bench_cuda.py 2>&1 | tail -20 | tee "$out/bench.txt"
+logged bench 25 timeout 150 python3 plugins/tinycore_cuda/bench/bench_cuda.py
+
+step "conformance kit: static and core tiers on CUDA"
+logged kit 15 timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short --pyargs tinycore.testkit \
+    --tinycore-device=CUDA -k "TestStatic or TestCore"
+
+step "op-parity suites on CUDA"
+TINYCORE_TEST_DEVICES=CUDA logged ops 20 timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=line \
+    tests/test_ops_elementwise.py tests/test_ops_reduce.py tests/test_ops_movement.py -k CUDA
+
+if [ -f "$wheels/peer_bench.py" ]; then
+    step "CPU peers on this host, pinned to 2 cores (what is left of the time)"
+    DEV=CLANG logged cpu_peers 30 timeout 200 taskset -c 0,1 python3 bench/peers.py --rounds 1 --threads 2 \
+        --harness "$wheels/peer_bench.py"
+fi
+step "done"
