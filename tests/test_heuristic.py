@@ -252,7 +252,7 @@ def test_thread_count_and_vector_width_sources():
 
 def test_gpu_matmul_uses_the_tensor_core_unless_disabled():
     opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
-    assert [o.op for o in opts] == [OptOps.TC]
+    assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL) for o in opts[1:])
     with Context(USE_TC=0):
         opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
     assert OptOps.TC not in [o.op for o in opts] and any(o.op is OptOps.LOCAL for o in opts)
@@ -266,8 +266,9 @@ def test_gpu_matmul_uses_the_tensor_core_unless_disabled():
 
 
 def test_gpu_long_reduce_with_few_outputs_is_grouped():
+    # contiguous rows: vector lanes along the row, then a work-group across it (neighbours read neighbouring vectors)
     opts = opts_of(rowsum_ast(4, 1024), PythonRenderer())
-    assert opts[0].op is OptOps.GROUPTOP and opts[0].arg == 32
+    assert [(o.op, o.arg) for o in opts[:2]] == [(OptOps.UNROLL, 4), (OptOps.GROUP, 128)]
     a = np.random.randn(4, 1024).astype(np.float32)
     np.testing.assert_allclose(run(rowsum_ast(4, 1024), [a.ravel()], PythonRenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
 
@@ -277,7 +278,7 @@ def test_gpu_elementwise_gets_locals_and_a_small_upcast():
     assert opts[0].op is OptOps.UPCAST and opts[0].arg == 4
     k = get_kernel(elementwise_ast(64, 64), PythonRenderer()).apply_opts(opts)
     locals_ = [r for r in k.rngs if r.arg[1] is AxisType.LOCAL]
-    assert locals_ and np.prod([r.src[0].arg for r in locals_]) <= 64
+    assert locals_ and 64 <= np.prod([r.src[0].arg for r in locals_]) <= 256
     a = np.random.randn(64 * 64).astype(np.float32)
     np.testing.assert_allclose(run(elementwise_ast(64, 64), [a], PythonRenderer()), a * a + a, rtol=1e-6)
 

@@ -477,26 +477,27 @@ def _cpu_threads(k: Kernel, prefer: UOp | None = None) -> None:
 def _gpu(k: Kernel) -> None:
     if USE_TC and k.renderer is not None and k.renderer.tensor_cores and k.tc_candidates():
         if _try(k, Opt(OptOps.TC, 0, None)):
+            _gpu_tc_blocks(k)
             return
-    outputs = prod(s for s in (_size(r) for r in k.output_axes) if isinstance(s, int))
-    reduce_size = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
-    if k.reduce_axes and outputs <= 2048 and reduce_size >= 256 and k.renderer is not None and k.renderer.has_shared:
-        r = k.reduce_axes[-1]
-        amt = _divisor(_size(r), (32, 16, 8, 4))
-        if amt is not None:
-            _try(k, Opt(OptOps.GROUPTOP, len(k.reduce_axes) - 1, amt))
     vw = min(4, vector_width(k, _itemsize(k)))
+    main = _main_load(k)
+    group = _gpu_row_group(k, vw, main) if k.reduce_axes else 1
+    if group == 1 and k.reduce_axes:
+        _gpu_strided_reduce(k)
     stores = [p for p, st in _accesses(k) if st]
     out_axis = _contiguous_axis(k, k.output_axes, stores)
-    if out_axis is not None and vw > 1:
+    if out_axis is not None and vw > 1 and group == 1:
         amt = _divisor(_size(out_axis), (vw, 2))
         idx = _axis_index(k.output_axes, out_axis)
         if amt is not None and idx is not None and isinstance(_size(out_axis), int) and _size(out_axis) > amt:
             _try(k, Opt(OptOps.UPCAST, idx, amt))
-    budget = 64
+    budget = max(1, _GPU_THREADS // group)
+    # a work-group along one output axis for copies and elementwise kernels (whole warps reading consecutive
+    # vectors); kernels that reduce share their loads between rows and columns, so they get a square-ish one
+    per_axis = budget if not k.reduce_axes else 16
     for r in reversed(k.output_axes):
         size = _size(r)
-        amt = _divisor(size, [w for w in (32, 16, 8, 4, 2) if w <= budget])
+        amt = _divisor(size, [w for w in (256, 128, 64, 32, 16, 8, 4, 2) if w <= min(budget, per_axis)])
         idx = _axis_index(k.output_axes, r)
         if amt is None or idx is None:
             continue
@@ -504,3 +505,59 @@ def _gpu(k: Kernel) -> None:
             budget //= amt
         if budget < 2:
             break
+
+
+_GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
+TC_BLOCK = (4, 4, 2, 2)  # tensor-core tiles per warp along N and M, then warps per work-group along N and M
+
+
+def _gpu_tc_blocks(k: Kernel) -> None:
+    """After ``TC``: each warp computes a block of instruction tiles (its A fragments reused across the block's
+    columns, its B fragments across its rows), and a few warps share a work-group (their loads meet in L1)."""
+    n_up, m_up, n_warps, m_warps = TC_BLOCK
+    axes = list(k.output_axes)
+    if len(axes) < 2:
+        return
+    m_axis, n_axis = axes[-2], axes[-1]
+    for rng, amounts in ((n_axis, (n_up, 2)), (m_axis, (m_up, 2))):
+        amt = _divisor(_size(rng), [a for a in amounts if a > 1])
+        idx = _axis_index(k.output_axes, rng)
+        if amt is not None and idx is not None:
+            _try(k, Opt(OptOps.UPCAST, idx, amt))
+    for rng, amt in ((n_axis, n_warps), (m_axis, m_warps)):
+        idx = _axis_index(k.output_axes, rng)
+        if amt > 1 and idx is not None and _divisor(_size(k.output_axes[idx]), (amt,)) is not None:
+            _try(k, Opt(OptOps.LOCAL, idx, amt))
+
+
+def _gpu_row_group(k: Kernel, vw: int, main: UOp | None) -> int:
+    """A reduction contiguous in memory (a row sum, the max and sum of a softmax): vector lanes along the row, then a
+    work-group across it, so neighbouring work-items read neighbouring vectors (coalesced) and the partial results
+    meet in shared memory. Returns the work-group size (1: not applied)."""
+    if main is None or k.renderer is None or not k.renderer.has_shared:
+        return 1
+    if any(_long_enough(_size(c.i), 16) and _long_enough(_size(c.j), 16) for c in k.tc_candidates()):
+        return 1  # a matmul: a tile of outputs per work-group shares its loads instead
+    r = k.reduce_axes[-1]
+    size = _size(r)
+    if not isinstance(size, int) or size < 64 or _stride(main, r) != 1:
+        return 1
+    lanes = _divisor(size, (vw, 2)) if vw > 1 else None
+    if lanes is not None and _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, lanes)):
+        size //= lanes
+    amt = next((g for g in (256, 128, 64, 32) if size % g == 0 and size >= 2 * g), None)
+    amt = amt or _divisor(size, (32, 16, 8))
+    if amt is None or not _try(k, Opt(OptOps.GROUP, len(k.reduce_axes) - 1, amt)):
+        return 1
+    return amt
+
+
+def _gpu_strided_reduce(k: Kernel) -> None:
+    """A reduction across rows (a column sum) with few outputs: its rows are split across a work-group (each
+    work-item takes a block of rows; the output axis stays contiguous between neighbours)."""
+    outputs = prod(s for s in (_size(r) for r in k.output_axes) if isinstance(s, int))
+    reduce_size = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
+    if outputs <= 2048 and reduce_size >= 256 and k.renderer is not None and k.renderer.has_shared:
+        amt = _divisor(_size(k.reduce_axes[-1]), (32, 16, 8, 4))
+        if amt is not None:
+            _try(k, Opt(OptOps.GROUPTOP, len(k.reduce_axes) - 1, amt))

@@ -228,6 +228,7 @@ class Kernel:
         ids = [r.arg[0] for r in self.rngs if isinstance(r.arg[0], int) and r.arg[0] < TC_LANE_AXIS]
         self._next_axis = max(ids, default=-1) + 1
         self._next_lane_axis = TC_LANE_AXIS
+        self.tc_elements: dict[int, int] = {}  # axis id -> size of a tensor core's per-thread element axes
         self.global_size: tuple[sint, ...] = (1, 1, 1)
         self.local_size: tuple[sint, ...] = (1, 1, 1)
 
@@ -284,6 +285,12 @@ class Kernel:
     def upcast_size(self) -> int:
         """The number of lanes of the ``UPCAST``/``UNROLL`` axes together (vector width of the widest value)."""
         return prod(s for s in (_size(r) for r in self.axes_of(AxisType.UPCAST, AxisType.UNROLL)) if isinstance(s, int))
+
+    def _upcast_lanes(self) -> int:
+        """The lanes of the widest value: the ``UPCAST``/``UNROLL`` axes together, where a tensor core's element
+        axes count as their widest one (each feeds its own operand: they never multiply)."""
+        sizes = [_size(r) for r in self.axes_of(AxisType.UPCAST, AxisType.UNROLL) if r.arg[0] not in self.tc_elements]
+        return prod(s for s in sizes if isinstance(s, int)) * max(self.tc_elements.values(), default=1)
 
     def _lanes_with(self, rng: UOp) -> int:
         """The lanes a value reduced over `rng` has: the ``UPCAST`` axes times the ``UNROLL`` axes of the reduces
@@ -386,7 +393,7 @@ class Kernel:
             rng = self._pick(self.output_axes, opt, "output")
             amt = self._amount(rng, opt)
             _check(amt <= 16, f"{opt}: upcast by more than 16")
-            _check(self.upcast_size * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
+            _check(self._upcast_lanes() * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
             self.shift_to(rng, amt, AxisType.UPCAST)
         elif opt.op is OptOps.UNROLL:
             rng = self._pick(self.reduce_axes, opt, "reduce")
@@ -570,6 +577,7 @@ class Kernel:
         lane = UOp.range(tc.threads, self._next_lane_axis, AxisType.LOCAL)
         self._next_lane_axis += 1
         elems = [UOp.range(cnt, self.new_axis_id(), AxisType.UPCAST) if cnt > 1 else None for cnt in (ea, eb, ec)]
+        self.tc_elements = {**self.tc_elements, **{e.arg[0]: e.src[0].arg for e in elems if e is not None}}
 
         def coord(which: int, dim: int) -> UOp:
             layout = tc.swizzle[which]
@@ -720,19 +728,60 @@ def _bit_affine(table: dict[tuple[int, int], int], threads: int, count: int, lan
 
 
 def _wmma_accumulate(p: UOp, ld: UOp, w: UOp) -> UOp | None:
-    """``acc = acc + WMMA(a, b, 0)`` -> ``acc = WMMA(a, b, acc)``."""
+    """``acc = acc + WMMA(a, b, 0)`` -> ``acc = WMMA(a, b, acc)`` (the read of `acc` may sit under the one-source
+    ``AFTER`` that orders it after the accumulator's reset)."""
     c = w.src[2]
     zero = (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(v == 0 for v in c.arg))
-    if not zero or ld.src[0] is not p or ld.dtype != w.dtype:
+    read = ld.src[0] if ld.op is Ops.AFTER and len(ld.src) == 1 else ld
+    if not zero or read.op is not Ops.LOAD or read.src[0] is not p or ld.dtype != w.dtype:
         return None
     return p.store(w.replace(src=(w.src[0], w.src[1], ld)))
+
+
+def _wmma_accumulate_lanes(p: UOp, ld: UOp, v: UOp) -> UOp | None:
+    """The same for a block of tensor-core tiles (``UPCAST`` after ``TC``): ``acc = acc + VECTORIZE(lanes of
+    WMMA_0(a0, b0, 0), lanes of WMMA_1(a1, b1, 0), ...)`` -> each ``WMMA_j`` takes its slice of `acc` as C."""
+    read = ld.src[0] if ld.op is Ops.AFTER and len(ld.src) == 1 else ld
+    if read.op is not Ops.LOAD or read.src[0] is not p or ld.dtype != v.dtype:
+        return None
+    lanes: list[UOp] = []
+    start = 0
+    while start < len(v.src):
+        g = v.src[start]
+        w = g.src[0] if g.op is Ops.GEP and g.src else None
+        if w is None or w.op is not Ops.WMMA:
+            return None
+        count = w.dtype.count
+        c = w.src[2]
+        zero = (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(x == 0 for x in c.arg))
+        chunk = v.src[start : start + count]
+        if not zero or [x.arg for x in chunk] != [(i,) for i in range(count)] or any(x.src[0] is not w for x in chunk):
+            return None
+        fused = w.replace(src=(w.src[0], w.src[1], ld.gep(tuple(range(start, start + count)))))
+        lanes += [fused.gep(i) for i in range(count)]
+        start += count
+    return p.store(UOp(Ops.VECTORIZE, v.dtype, tuple(lanes)))
 
 
 pm_wmma_accumulate = PatternMatcher(
     [
         (
             UPat(
-                Ops.STORE, src=(UPat.var("p"), UPat(Ops.ADD, src=[UPat(Ops.LOAD, name="ld"), UPat(Ops.WMMA, name="w")]))
+                Ops.STORE,
+                src=(
+                    UPat.var("p"),
+                    UPat(Ops.ADD, src=[UPat((Ops.LOAD, Ops.AFTER), name="ld"), UPat(Ops.VECTORIZE, name="v")]),
+                ),
+            ),
+            _wmma_accumulate_lanes,
+        ),
+        (
+            UPat(
+                Ops.STORE,
+                src=(
+                    UPat.var("p"),
+                    UPat(Ops.ADD, src=[UPat((Ops.LOAD, Ops.AFTER), name="ld"), UPat(Ops.WMMA, name="w")]),
+                ),
             ),
             _wmma_accumulate,
         )

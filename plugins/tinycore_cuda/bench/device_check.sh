@@ -67,13 +67,37 @@ PATH="$PATH:/usr/local/cuda/bin" logged issue20 30 timeout 120 python3 -m pytest
 step "benchmark beside torch"
 logged bench 25 timeout 150 python3 plugins/tinycore_cuda/bench/bench_cuda.py
 
+step "tensor-core blockings of an fp16 matmul 4096 (GPU time)"
+logged tc_sweep 12 timeout 90 python3 plugins/tinycore_cuda/bench/tc_sweep.py
+
+step "eager (x+1) on 16 floats: where the host time goes"
+logged eager 30 timeout 60 python3 - <<'PY'
+import cProfile, pstats, time, numpy as np
+from tinycore import Tensor
+from tinycore.device import Device
+tiny = Tensor(np.ones(16, np.float32), device="CUDA").realize()
+for _ in range(100): (tiny + 1).realize()
+Device["CUDA"].synchronize()
+t = time.perf_counter()
+for _ in range(2000): (tiny + 1).realize()
+print(f"(x+1).realize(): {(time.perf_counter() - t) / 2000 * 1e6:.1f} us host time per op")
+cProfile.run("for _ in range(2000): (tiny + 1).realize()", "/tmp/eager.prof")
+pstats.Stats("/tmp/eager.prof").sort_stats("tottime").print_stats(14)
+PY
+
 step "conformance kit: static and core tiers on CUDA"
 logged kit 15 timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short --pyargs tinycore.testkit \
     --tinycore-device=CUDA -k "TestStatic or TestCore"
 
-step "op-parity suites on CUDA"
-TINYCORE_TEST_DEVICES=CUDA logged ops 20 timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=line \
-    tests/test_ops_elementwise.py tests/test_ops_reduce.py tests/test_ops_movement.py -k CUDA
+step "op-parity suites on CUDA (one process per file, side by side)"
+for suite in elementwise reduce movement; do
+    TINYCORE_TEST_DEVICES=CUDA timeout 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
+        "tests/test_ops_$suite.py" -k CUDA >"$out/ops_$suite.log" 2>&1 &
+done
+wait
+for suite in elementwise reduce movement; do
+    echo "-- $suite"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/ops_$suite.log" | tail -12
+done
 
 if [ -f "$wheels/peer_bench.py" ]; then
     step "CPU peers on this host, pinned to 2 cores (what is left of the time)"

@@ -27,7 +27,7 @@ def test_opening_reads_arch_and_limits_from_the_gpu(fake: FakeDriver) -> None:
     dev = CUDADevice("CUDA:1", driver=fake)
     assert dev.device == "CUDA:1" and dev.arch == "sm_90" and dev.compiler.arch == "sm_90"
     assert dev.renderer.local_max == (1024, 1024, 64) and dev.renderer.shared_max == 232448  # the opt-in limit
-    assert ("cuDevicePrimaryCtxRetain", (1,)) in fake.calls and dev.name == b"Fake H100"
+    assert ("cuDevicePrimaryCtxRetain", (1,)) in fake.calls and dev.name == "Fake H100"
     with pytest.raises(Exception, match="there are 2 CUDA GPUs here, no ordinal 5"):
         CUDADevice("CUDA:5", driver=fake)
 

@@ -36,7 +36,7 @@ def test_renderer_attributes():
     assert r.has_local and r.has_shared and r.local_max == (1024, 1024, 64) and r.shared_max == 49152
     assert r.tensor_cores == CUDA_TENSOR_CORES
     assert r.supported_dtypes >= {dtypes.float16, dtypes.bfloat16, dtypes.float64}
-    assert r.native_ops == {"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"}
+    assert r.native_ops == {"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC", "RECIP", "FDIV", "NEG", "SUB"}
 
 
 def test_signature_launch_ids_and_float4(sources):

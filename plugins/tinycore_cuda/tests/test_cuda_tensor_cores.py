@@ -45,6 +45,16 @@ def test_the_tensor_core_kernel_runs_right_on_the_reference_interpreter(shape, d
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
+def test_the_heuristics_block_tensor_core_tiles_per_warp_and_warps_per_group(din) -> None:
+    # M = 128, N = 64: each warp takes 4 x 4 instruction tiles, four warps a work-group (heuristic.TC_BLOCK)
+    item, want = matmul_case(128, 32, 64, din)
+    program = get_program(item.ast, PythonWithCUDATensorCores())
+    assert sum(u.op.name == "WMMA" for u in program.uops) == 16 and program.local_size == (32, 2, 2)
+    out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
 def test_cuda_renders_mma_sync_and_nvrtc_builds_it() -> None:
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed (pip install 'tinycore[cuda]')")
     from tinycore_cuda.compiler import NVRTCCompiler
@@ -72,13 +82,13 @@ def test_gpus_before_sm_80_declare_no_tensor_cores() -> None:
 
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("blocked", [False, True], ids=["one_tile", "two_tiles"])
+@pytest.mark.parametrize("blocked", [False, True, "heuristic"], ids=["one_tile", "two_tiles", "heuristic"])
 def test_the_tensor_core_kernel_runs_right_on_the_gpu(din, blocked, gpu, launch) -> None:
     item, want = matmul_case(64, 64, 32, din)
     opts = [Opt(OptOps.TC, 0, 0 if din == dtypes.float16 else 1)] + ([Opt(OptOps.UPCAST, 0, 2)] if blocked else [])
-    program = get_program(item.ast, gpu.renderer, opts)
+    program = get_program(item.ast, gpu.renderer, opts if blocked != "heuristic" else None)
     src = gpu.renderer.render(program.uops, "k_mma")
-    assert src.count("mma.sync.aligned.m16n8k16") == (2 if blocked else 1)
+    assert src.count("mma.sync.aligned.m16n8k16") == {False: 1, True: 2, "heuristic": 16}[blocked]
     inputs = [np.frombuffer(bytearray(b.as_buffer()), np.uint8) for b in item.bufs[1:]]
     out = launch(src, "k_mma", np.zeros(want.size, np.float32), inputs, program.global_size, program.local_size)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-4)

@@ -16,6 +16,7 @@ launch (and in graph nodes); one over the GPU's limit is a `CUDAError` naming th
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, grid_and_block, host_address
@@ -28,6 +29,9 @@ FAMILY = "CUDA"
 DISTRIBUTION = "tinycore-cuda"
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 _ARG_TYPES = {"buffer": ctypes.c_void_p, "int": ctypes.c_int, "long": ctypes.c_longlong}
+
+
+_current = threading.local()  # .context: the context `CUDADevice.activate` last made current on this thread
 
 
 class CUDAError(DeviceError):
@@ -49,6 +53,7 @@ class Driver:
                 raise self.error(call, err)
             return values[0] if len(values) == 1 else tuple(values) if values else None
 
+        setattr(self, call, checked)  # built once per call name: the launch path looks it up on every kernel
         return checked
 
     def timed(self, launch: Any) -> float:
@@ -155,7 +160,7 @@ class CUDAProgram:
         grid, block = grid_and_block(global_size, local_size)
         if 0 in grid or 0 in block:
             return 0.0 if wait else None
-        args = (tuple(int(b) for b in bufs) + tuple(int(v) for v in vals), self.types)
+        args = ((*map(int, bufs), *map(int, vals)), self.types)
         driver = self.dev.driver
         self.dev.activate()
         shared = self.shared_bytes
@@ -205,7 +210,8 @@ class CUDADevice(Compiled):
             self._attribute(attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
         )
         renderer.shared_max = self.shared_optin
-        self.name = self.driver.cuDeviceGetName(256, self.cu_device)
+        # the driver fills the whole buffer: the name ends at the first NUL
+        self.name = bytes(self.driver.cuDeviceGetName(256, self.cu_device)).split(b"\0")[0].decode(errors="replace")
         compiler = NVRTCCompiler(renderer.arch or "sm_90")
         super().__init__(device, CUDAAllocator(self), renderer, compiler, CUDAProgram, CUDAGraph)
 
@@ -213,8 +219,11 @@ class CUDADevice(Compiled):
         return int(self.driver.cuDeviceGetAttribute(attribute, self.cu_device))
 
     def activate(self) -> None:
-        """Make this GPU's context current on the calling thread."""
-        self.driver.cuCtxSetCurrent(self.context)
+        """Make this GPU's context current on the calling thread (a driver call only when this thread's last
+        `activate` was for another GPU: every launch comes through here)."""
+        if getattr(_current, "context", None) is not self.context:
+            self.driver.cuCtxSetCurrent(self.context)
+            _current.context = self.context
 
     def synchronize(self) -> None:
         """Wait for every queued kernel and copy."""

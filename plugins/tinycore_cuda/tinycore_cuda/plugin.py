@@ -173,7 +173,7 @@ def smoke_test(ctx: Any) -> str:
         raise CheckFailed(
             f"wrong results from a 4x32 kernel: {got[:8]}...", "report it with `tinycore doctor CUDA --json`"
         )
-    return f"{device.name.decode(errors='replace')} ({device.arch}): 4x32 threads in {seconds * 1e6:.0f} us"
+    return f"{device.name} ({device.arch}): 4x32 threads in {seconds * 1e6:.0f} us"
 
 
 @hookimpl

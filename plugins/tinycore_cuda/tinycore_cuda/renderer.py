@@ -255,7 +255,8 @@ class CUDARenderer(CStyleRenderer):
     shared_max = STATIC_SHARED_MAX  # a compile-only target; an opened device sets its GPU's opt-in maximum
     warp_size = 32  # grouped reduces reduce within each warp with __shfl_xor_sync first
     tensor_cores = CUDA_TENSOR_CORES  # mma.sync m16n8k16, sm_80 and newer (see `__init__`)
-    native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC"})
+    # CUDA C's float division is correctly rounded (NVRTC defaults to -prec-div=true): RECIP and FDIV are native
+    native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC", "RECIP", "FDIV", "NEG", "SUB"})
     supported_dtypes = frozenset(ALL_SCALARS)
 
     def __init__(self, arch: str | None = None):

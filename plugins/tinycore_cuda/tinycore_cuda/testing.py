@@ -88,7 +88,7 @@ class FakeDriver:
         return self._call("cuDeviceGet", ordinal), ordinal
 
     def cuDeviceGetName(self, size: int, device: int) -> tuple[int, bytes]:
-        return self._call("cuDeviceGetName", size, device), b"Fake H100"
+        return self._call("cuDeviceGetName", size, device), b"Fake H100" + b"\0" * 16  # NUL-padded, as a driver does
 
     def cuDeviceGetAttribute(self, attribute: str, device: int) -> tuple[int, int]:
         return self._call("cuDeviceGetAttribute", attribute, device), self.attributes[attribute]
