@@ -197,6 +197,23 @@ def test_setting_uop_replaces_a_deferred_value(device: str) -> None:
     np.testing.assert_allclose((y + 1.0).numpy(), values(14) + 1, rtol=1e-6)
 
 
+def test_weights_that_need_gradients_leave_other_chains_on_the_fast_path(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's parameters (requires_grad) alive elsewhere must not send every eager op down the slow path (it
+    built the graph and searched it for autograd history: 4x the host time of ``x + 1``)."""
+    w = Tensor(values(15), device=device, requires_grad=True).realize()
+    x = Tensor(values(0), device=device).realize()
+    warm(x)
+    builds = []
+    real_build = tensor_module._build_deferred
+    monkeypatch.setattr(tensor_module, "_build_deferred", lambda d: builds.append(d) or real_build(d))
+    y = chain(x).realize()
+    assert builds == [] and type(y._deferred) is tensor_module._DeferredBuffer
+    np.testing.assert_allclose(y.numpy(), expected(0), rtol=1e-5, atol=1e-6)
+    assert w.requires_grad  # still alive: the case this is about
+
+
 def test_gradients_flow_through_deferred_ops(device: str) -> None:
     w = Tensor(values(15), device=device, requires_grad=True)
     w.realize()

@@ -268,7 +268,7 @@ def test_gpu_matmul_uses_the_tensor_core_unless_disabled():
 def test_gpu_long_reduce_with_few_outputs_is_grouped():
     # contiguous rows: vector lanes along the row, then a work-group across it (neighbours read neighbouring vectors)
     opts = opts_of(rowsum_ast(4, 1024), PythonRenderer())
-    assert [(o.op, o.arg) for o in opts[:2]] == [(OptOps.UNROLL, 4), (OptOps.GROUP, 128)]
+    assert [(o.op, o.arg) for o in opts[:2]] == [(OptOps.UNROLL, 4), (OptOps.GROUP, 32)]
     a = np.random.randn(4, 1024).astype(np.float32)
     np.testing.assert_allclose(run(rowsum_ast(4, 1024), [a.ravel()], PythonRenderer()), a.sum(1), rtol=1e-4, atol=1e-4)
 
@@ -281,6 +281,24 @@ def test_gpu_elementwise_gets_locals_and_a_small_upcast():
     assert locals_ and 64 <= np.prod([r.src[0].arg for r in locals_]) <= 256
     a = np.random.randn(64 * 64).astype(np.float32)
     np.testing.assert_allclose(run(elementwise_ast(64, 64), [a], PythonRenderer()), a * a + a, rtol=1e-6)
+
+
+def test_gpu_long_elementwise_takes_two_vectors_per_work_item(monkeypatch):
+    from tinycore.codegen import heuristic
+
+    monkeypatch.setattr(heuristic, "_GPU_BIG_COPY", 1024)  # the interpreter runs a small one
+    opts = opts_of(elementwise_ast(64, 64), PythonRenderer())
+    assert [(o.op, o.arg) for o in opts if o.op is OptOps.UPCAST] == [(OptOps.UPCAST, 4), (OptOps.UPCAST, 2)]
+    a = np.random.randn(64 * 64).astype(np.float32)
+    k = get_kernel(elementwise_ast(64, 64), PythonRenderer()).apply_opts(opts)
+    np.testing.assert_allclose(run(elementwise_ast(64, 64), [a], PythonRenderer()), a * a + a, rtol=1e-6)
+    assert any(r.arg[1] is AxisType.LOCAL for r in k.rngs)
+
+
+def test_gpu_grouped_rows_take_sixteen_vectors_per_work_item_and_share_a_group():
+    opts = opts_of(rowsum_ast(64, 4096), PythonRenderer())
+    assert [(o.op, o.arg) for o in opts[:2]] == [(OptOps.UNROLL, 4), (OptOps.GROUP, 64)]
+    assert any(o.op is OptOps.LOCAL and o.arg == 4 for o in opts[2:])  # four rows per 256-wide work-group
 
 
 def test_heuristics_keep_opts_already_applied_and_noopt_disables_them():

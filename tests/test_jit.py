@@ -178,6 +178,29 @@ def test_state_updated_by_replays(dev: str) -> None:
         np.testing.assert_allclose((w * 1).numpy(), expected, rtol=1e-6)  # graphs on w see the new contents
 
 
+def test_writes_left_lazy_in_the_function_are_replayed(dev: str) -> None:
+    """An SGD step that realizes only its loss (the weight writes stay lazy): the capture must hold the writes, or
+    every replay would leave the weights as they were (the loss would stop changing; torch updates every step)."""
+    w = Tensor(np.ones(4, dtype=np.float32), device=dev).realize()
+    w.requires_grad = True
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        w.grad = None
+        loss = ((w * x).sum() ** 2).realize()
+        loss.backward()
+        w.assign(w.detach() - 0.01 * w.grad)  # not realized here
+        return loss
+
+    expected = np.ones(4, dtype=np.float64)
+    for i in range(5):
+        x = np.arange(4, dtype=np.float32) + i
+        loss = step(Tensor(x, device=dev))
+        np.testing.assert_allclose(loss.numpy(), (expected @ x) ** 2, rtol=1e-4, atol=1e-6)
+        expected = expected - 0.01 * 2 * (expected @ x) * x
+        np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5)
+
+
 def test_output_is_input_view(dev: str) -> None:
     @TinyJit
     def f(a: Tensor) -> tuple[Tensor, Tensor]:

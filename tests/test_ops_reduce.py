@@ -340,7 +340,9 @@ def test_half_mean_var_std_accumulate_in_float32(device: str, dtype) -> None:
     tdt = torch.float16 if dtype == dtypes.float16 else torch.bfloat16
     ones = Tensor.ones(70000, dtype=dtype, device=device)
     assert ones.mean().dtype == dtype and ones.mean().item() == 1.0
-    assert ones.sum().dtype == dtype and ones.sum().item() == torch.ones(70000, dtype=tdt).sum().item()
+    # torch 2.13 adds in float32 and rounds once (bfloat16: 70144); older CPU builds (2.11) round partial sums
+    # (69632), so the reference is the float32 total rounded to the dtype
+    assert ones.sum().dtype == dtype and ones.sum().item() == torch.ones(70000).sum().to(tdt).item()
     alt = np.tile(np.array([0.0, 10.0], dtype=np.float32), 35000)
     x, t = Tensor(alt, device=device).cast(dtype), torch.tensor(alt).to(tdt)
     for name in ("mean", "var", "std"):

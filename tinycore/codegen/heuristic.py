@@ -495,6 +495,8 @@ def _gpu(k: Kernel) -> None:
     # a work-group along one output axis for copies and elementwise kernels (whole warps reading consecutive
     # vectors); kernels that reduce share their loads between rows and columns, so they get a square-ish one
     per_axis = budget if not k.reduce_axes else 16
+    if group > 1:
+        per_axis = budget  # rows of a grouped reduction side by side
     for r in reversed(k.output_axes):
         size = _size(r)
         amt = _divisor(size, [w for w in (256, 128, 64, 32, 16, 8, 4, 2) if w <= min(budget, per_axis)])
@@ -505,10 +507,26 @@ def _gpu(k: Kernel) -> None:
             budget //= amt
         if budget < 2:
             break
+    if not k.reduce_axes and out_axis is not None and vw > 1:
+        _gpu_second_vector(k)
+
+
+def _gpu_second_vector(k: Kernel) -> None:
+    """A long copy or elementwise kernel: each work-item also takes a second vector, one work-group's span further
+    on (fewer, fuller work-groups; both accesses stay coalesced)."""
+    outputs = prod(s for s in (_size(r) for r in k.rngs) if isinstance(s, int))
+    sizes = [(s, i) for i, s in enumerate(_size(r) for r in k.output_axes) if isinstance(s, int) and s >= 2]
+    if outputs < _GPU_BIG_COPY or not sizes:
+        return
+    size, idx = max(sizes)
+    if size % 2 == 0:
+        _try(k, Opt(OptOps.UPCAST, idx, 2))
 
 
 _GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
-TC_BLOCK = (4, 4, 2, 2)  # tensor-core tiles per warp along N and M, then warps per work-group along N and M
+_GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
+_GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
+TC_BLOCK = (4, 4, 4, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
 
 
 def _gpu_tc_blocks(k: Kernel) -> None:
@@ -545,7 +563,9 @@ def _gpu_row_group(k: Kernel, vw: int, main: UOp | None) -> int:
     lanes = _divisor(size, (vw, 2)) if vw > 1 else None
     if lanes is not None and _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, lanes)):
         size //= lanes
-    amt = next((g for g in (256, 128, 64, 32) if size % g == 0 and size >= 2 * g), None)
+    # enough vectors per work-item (16) that the loads, not the tree across the group, dominate; neighbouring
+    # outputs fill the rest of the work-group (`_gpu` adds LOCAL on them)
+    amt = next((g for g in (256, 128, 64, 32) if size % g == 0 and size >= _GPU_ROW_STEPS * g), None)
     amt = amt or _divisor(size, (32, 16, 8))
     if amt is None or not _try(k, Opt(OptOps.GROUP, len(k.reduce_axes) - 1, amt)):
         return 1

@@ -39,6 +39,8 @@ Decisions:
   buffer it writes, so graphs built on old outputs or on updated state never read a stale realized value.
 - **State vs inputs**: buffers the function reads that are not inputs (model weights, optimizer state) are captured
   by identity; the program may update them (``w.assign(...)``, an optimizer step) and replays keep updating them.
+  Writes the function leaves lazy (an ``assign`` whose result it never realizes) are realized when it returns,
+  with its outputs, so they are part of the capture.
   Writing into an *input argument* is a `JitError`: the next call would pass a different buffer.
 - **Errors**: nested TinyJit (a TinyJit called while another captures), a function that launched no kernel,
   non-Tensor return values, changed inputs, reading a tensor's data inside the capture call.
@@ -85,6 +87,25 @@ ReturnType = TypeVar("ReturnType")
 _MOVEMENT = GroupOp.Movement
 JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 64)  # kernels per graph-runner batch (0: no graph runners)
 _capturing: list[TinyJit] = []  # the TinyJits capturing right now (at most one: nesting is an error)
+_assigned: list[dict[int, Any]] = []  # per TinyJit call running its function (innermost last): tensors it assigned
+
+
+def note_assign(tensor: Any) -> None:
+    """Called by ``Tensor.assign``: the TinyJit call running now (if any) realizes `tensor` when its function
+    returns. A write left lazy inside the function (``w.assign(w - lr * w.grad)`` with only the loss realized)
+    would otherwise launch no kernel during the capture, and every replay would silently skip the update."""
+    if _assigned:
+        _assigned[-1][id(tensor)] = tensor
+
+
+def _run_recording_assigns(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list]:
+    """``fn(*args, **kwargs)`` and the tensors it assigned that are still lazy (writes not yet realized)."""
+    _assigned.append({})
+    try:
+        ret = fn(*args, **kwargs)
+    finally:
+        assigned = _assigned.pop()
+    return ret, [t for t in assigned.values() if not _buffer_backed(t.uop)]
 
 
 @dataclass
@@ -972,11 +993,11 @@ class TinyJit(Generic[ReturnType]):
             return self._replay(args, kwargs, tensors, keys, var_vals)
         if self.cnt == 0:
             assert self.fn is not None
-            ret = self.fn(*args, **kwargs)
+            ret, writes = _run_recording_assigns(self.fn, args, kwargs)
             outs: list[Any] = []
             _flatten_ret(ret, outs, "the return value")
-            if outs:
-                outs[0].realize(*outs[1:])
+            if outs or writes:
+                (outs + writes)[0].realize(*(outs + writes)[1:])
             self.cnt = 1
             return ret
         ret = self._capture(args, kwargs, tensors, keys, var_vals)
@@ -1045,7 +1066,7 @@ class TinyJit(Generic[ReturnType]):
         try:
             with capture_exec_items(items.append, run=False):
                 try:
-                    ret = self.fn(*args, **kwargs)
+                    ret, writes = _run_recording_assigns(self.fn, args, kwargs)
                 except RuntimeError as error:
                     if "holds no data yet" in str(error):
                         raise JitError(
@@ -1055,8 +1076,8 @@ class TinyJit(Generic[ReturnType]):
                     raise
                 out_tensors: list[Any] = []
                 template = _flatten_ret(ret, out_tensors, "the return value")
-                if out_tensors:
-                    out_tensors[0].realize(*out_tensors[1:])
+                if out_tensors or writes:  # the writes it left lazy are part of the program too
+                    (out_tensors + writes)[0].realize(*(out_tensors + writes)[1:])
         finally:
             _capturing.pop()
         del ret

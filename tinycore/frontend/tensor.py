@@ -45,7 +45,7 @@ from tinycore.engine.eager import (
     note_elementwise_pair,
     schedule_for_chain,
 )
-from tinycore.engine.jit import register_tensor_type
+from tinycore.engine.jit import note_assign, register_tensor_type
 from tinycore.engine.multi import MultiDeviceError, gather, multi_uop, shard_uop, to_multi
 from tinycore.engine.realized import buffer_of, buffer_view, new_buffer_uop
 from tinycore.engine.schedule import ScheduleItem, schedule_for_run, schedule_items, schedule_outputs, set_readers_hook
@@ -858,11 +858,12 @@ class Tensor(
                         return self
                     if (
                         not deferred.extended
-                        and not _grad_tensors.data
+                        and (self._requires_grad is not True or not _grad_tensors.data)
                         and (not _written_leaves or id(deferred.leaf) not in _written_leaves)
                     ):
                         # a chain of deferred ops nothing else holds (else it is built below, so the realized table
-                        # serves the graphs that hold it), and no autograd history to remember: its cached schedule
+                        # serves the graphs that hold it), and no autograd history to remember (its leaf needs no
+                        # gradient: tensors that do, a model's weights, elsewhere don't slow it): its cached schedule
                         # runs without building the chain, into a buffer whose uop is made when someone asks
                         found = schedule_for_chain(deferred.chain_id, deferred.leaf)
                         if found is not None:
@@ -1046,6 +1047,7 @@ class Tensor(
         if isinstance(self.device, tuple):  # per shard; a target that has no buffers takes the value, resharded
             if all(_view_base(s).op in (Ops.BUFFER, Ops.ASSIGN) for s in self.uop.src):
                 self.uop = _wrap(self.uop.assign(x.uop), self.device, self._shape).uop
+                note_assign(self)
             else:
                 self.uop = x.shard(self.device, self.uop.arg).uop
             return self
@@ -1057,6 +1059,7 @@ class Tensor(
             return self
         self.uop = self.uop.assign(x.uop)
         _live_add(self)  # a pending write that reads other buffers: see `_readers_of`
+        note_assign(self)  # a TinyJit running its function realizes the write when the function returns
         return self
 
     # ----- elementwise building blocks

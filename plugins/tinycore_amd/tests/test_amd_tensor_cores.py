@@ -71,7 +71,8 @@ def test_the_amd_kernel_runs_right_on_the_reference_interpreter(arch: str, din, 
 def test_the_heuristics_pick_the_tensor_core_for_a_half_matmul() -> None:
     for arch in ("gfx1100", "gfx942"):
         item, _ = matmul_case(32, 32, 32, dtypes.float16)
-        assert [o.op for o in hand_coded_optimizations(get_kernel(item.ast, AMDRenderer(arch)))] == [OptOps.TC]
+        opts = hand_coded_optimizations(get_kernel(item.ast, AMDRenderer(arch)))
+        assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL) for o in opts[1:])
         program = get_program(item.ast, AMDRenderer(arch))  # the default: the heuristics
         assert any(u.op.name == "WMMA" for u in program.uops)
     item, _ = matmul_case(32, 32, 32, dtypes.float32)  # float32 inputs: no tensor core takes them

@@ -176,6 +176,7 @@ def main() -> None:
             for p_ in tparams:
                 p_ -= 0.05 * p_.grad
 
+    gpu_tparams = tparams
     row(
         "MLP train step",
         "steps/s",
@@ -183,6 +184,19 @@ def main() -> None:
         lambda: 1 / timed(torch_step, sync_torch, reps, inner=10),
         True,
     )
+    # both took the same number of steps from the same weights on the same batch: they must agree, and agree with
+    # torch on the CPU taking those steps too (which of the two drifts, when they don't)
+    steps = (reps + 2) * 10
+    tparams = [torch.tensor(w, requires_grad=True) for w in inits]  # torch_step reads these: now on the CPU
+    tx_, ty_ = torch.tensor(xb), torch.tensor(yb)
+    for _ in range(steps):
+        torch_step()
+    cpu_torch = [t_.detach().numpy() for t_ in tparams]
+    ours_w = [p_.numpy() for p_ in params]
+    print(f"MLP train step: max |torch on {tdev} - torch on the CPU| = "
+          f"{max(float(np.abs(t_.detach().cpu().numpy() - b).max()) for t_, b in zip(gpu_tparams, cpu_torch)):.2e}")
+    print(f"MLP train step: weights after {steps} steps, max |tinycore - torch on the CPU| = "
+          f"{max(float(np.abs(a - b).max()) for a, b in zip(ours_w, cpu_torch)):.2e}")  # fmt: skip
     # eager dispatch: host time of one tiny op
     tiny = Tensor(np.ones(16, np.float32), device=dev).realize()
     ttiny = torch.ones(16, device=tdev)

@@ -26,6 +26,8 @@ fi
 out="${1:-${OUT:-/tmp/device_check}}"
 mkdir -p "$out"
 step() { echo; echo "== $1 ($(date +%T)) =="; }
+# ONLY="smoke bench" runs just those steps (after the install); unset, every step runs
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 # each step keeps its whole log in $out (it comes back even when the run is cut short) and prints its tail here
 logged() { local name="$1" lines="$2"; shift 2; "$@" >"$out/$name.log" 2>&1; echo "[exit $?]" >>"$out/$name.log"; \
     tail -n "$lines" "$out/$name.log"; }
@@ -38,6 +40,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 python3 -c "import torch, numpy, cuda.bindings; print('torch', torch.__version__, 'numpy', numpy.__version__, \
 'cuda-bindings', cuda.bindings.__version__)" 2>&1 | tee -a "$out/gpu.txt"
 
+if want smoke; then
 step "smoke: x+1, a reduce and a small fp16 matmul on CUDA against numpy (full traceback on failure)"
 logged smoke 40 timeout 90 python3 - <<'PY'
 import time, numpy as np
@@ -51,25 +54,45 @@ print("sum(1)", np.allclose(Tensor(r, device="CUDA").sum(1).numpy(), r.sum(1), r
 a, b = (np.random.default_rng(i).random((64, 64)).astype(np.float16) for i in (1, 2))
 got = (Tensor(a, device="CUDA") @ Tensor(b, device="CUDA")).numpy().astype(np.float32)
 print("fp16 matmul", np.allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=2e-2))
+rng = np.random.default_rng(3)  # the GPU heuristics' shapes: blocked tensor-core tiles, grouped rows, long sums
+a, b = rng.random((512, 256)).astype(np.float16), rng.random((256, 384)).astype(np.float16)
+got = (Tensor(a, device="CUDA") @ Tensor(b, device="CUDA")).numpy().astype(np.float32)
+print("fp16 matmul 512x256x384", np.allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-1))
+big = rng.random(1 << 22, dtype=np.float32)
+print("sum 4M", np.isclose(Tensor(big, device="CUDA").sum().item(), big.astype(np.float64).sum(), rtol=1e-5))
+s = rng.standard_normal((256, 4096), dtype=np.float32)
+e = np.exp(s - s.max(1, keepdims=True))
+print("softmax 256x4096", np.allclose(Tensor(s, device="CUDA").softmax(-1).numpy(), e / e.sum(1, keepdims=True),
+                                      rtol=1e-5, atol=1e-7))
 print("device", Device["CUDA"], f"{time.perf_counter() - t0:.2f}s")
 PY
+fi
 
+if want doctor; then
 step "tinycore doctor CUDA"
 logged doctor 30 timeout 60 python3 -m tinycore doctor CUDA
+fi
 
+if want gpu_tests; then
 step "issue 20 on hardware: dynamic shared memory > 48 KB, warp-shuffle reduces, tensor cores, SASS"
 # the GPU tests run for real here (elsewhere they skip); the SASS checks read cuobjdump/nvdisasm from the toolkit
 PATH="$PATH:/usr/local/cuda/bin" logged issue20 30 timeout 120 python3 -m pytest -q -p no:cacheprovider -rs \
     --tb=short plugins/tinycore_cuda/tests/test_cuda_shared_memory.py plugins/tinycore_cuda/tests/test_cuda_warp_reduce.py \
     plugins/tinycore_cuda/tests/test_cuda_tensor_cores.py plugins/tinycore_cuda/tests/test_cuda_sass.py \
     plugins/tinycore_cuda/tests/test_cuda_device.py
+fi
 
+if want bench; then
 step "benchmark beside torch"
 logged bench 25 timeout 150 python3 plugins/tinycore_cuda/bench/bench_cuda.py
+fi
 
+if want tc_sweep; then
 step "tensor-core blockings of an fp16 matmul 4096 (GPU time)"
 logged tc_sweep 12 timeout 90 python3 plugins/tinycore_cuda/bench/tc_sweep.py
+fi
 
+if want eager; then
 step "eager (x+1) on 16 floats: where the host time goes"
 logged eager 30 timeout 60 python3 - <<'PY'
 import cProfile, pstats, time, numpy as np
@@ -84,11 +107,27 @@ print(f"(x+1).realize(): {(time.perf_counter() - t) / 2000 * 1e6:.1f} us host ti
 cProfile.run("for _ in range(2000): (tiny + 1).realize()", "/tmp/eager.prof")
 pstats.Stats("/tmp/eager.prof").sort_stats("tottime").print_stats(14)
 PY
+fi
 
+if want char_lm; then
+step "examples/char_lm.py trains on CUDA (TinyJit, AdamW)"
+logged char_lm 8 timeout 120 python3 examples/char_lm.py --device CUDA --steps 300
+fi
+
+if want kit; then
 step "conformance kit: static and core tiers on CUDA"
 logged kit 15 timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short --pyargs tinycore.testkit \
     --tinycore-device=CUDA -k "TestStatic or TestCore"
+fi
 
+if want failing; then
+step "op-parity tests that failed on the first run, with whole tracebacks"
+TINYCORE_TEST_DEVICES=CUDA logged failing 60 timeout 120 python3 -m pytest -q -p no:cacheprovider --tb=long \
+    "tests/test_ops_elementwise.py::test_binary_large[CUDA]" \
+    "tests/test_ops_reduce.py::test_half_mean_var_std_accumulate_in_float32[CUDA-dtypes.bfloat16]"
+fi
+
+if want ops; then
 step "op-parity suites on CUDA (one process per file, side by side)"
 for suite in elementwise reduce movement; do
     TINYCORE_TEST_DEVICES=CUDA timeout 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
@@ -98,10 +137,14 @@ wait
 for suite in elementwise reduce movement; do
     echo "-- $suite"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/ops_$suite.log" | tail -12
 done
+fi
 
+if [[ " ${ONLY:-} " == *" cpu_peers "* ]]; then  # only when asked: it takes minutes
 if [ -f "$wheels/peer_bench.py" ]; then
     step "CPU peers on this host, pinned to 2 cores (what is left of the time)"
     DEV=CLANG logged cpu_peers 30 timeout 200 taskset -c 0,1 python3 bench/peers.py --rounds 1 --threads 2 \
         --harness "$wheels/peer_bench.py"
 fi
+fi
+
 step "done"

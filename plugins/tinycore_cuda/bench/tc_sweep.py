@@ -17,8 +17,8 @@ from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 
 # (N tiles, M tiles) per warp, then (N, M) warps per work-group
-BLOCKINGS = [(1, 1, 1, 1), (2, 2, 1, 1), (4, 2, 2, 2), (4, 4, 1, 1), (4, 4, 2, 2), (2, 4, 2, 2), (4, 4, 4, 2),
-             (8, 2, 2, 2), (4, 4, 2, 4)]  # fmt: skip
+BLOCKINGS = [(1, 1, 1, 1), (2, 2, 1, 1), (4, 4, 1, 1), (4, 4, 2, 2), (4, 4, 4, 2), (4, 4, 2, 4), (4, 4, 4, 4),
+             (8, 4, 2, 2), (4, 8, 2, 2), (8, 4, 2, 4), (2, 8, 4, 2)]  # fmt: skip
 
 
 def main() -> None:

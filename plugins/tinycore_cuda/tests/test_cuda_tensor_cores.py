@@ -47,10 +47,10 @@ def test_the_tensor_core_kernel_runs_right_on_the_reference_interpreter(shape, d
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
 def test_the_heuristics_block_tensor_core_tiles_per_warp_and_warps_per_group(din) -> None:
-    # M = 128, N = 64: each warp takes 4 x 4 instruction tiles, four warps a work-group (heuristic.TC_BLOCK)
-    item, want = matmul_case(128, 32, 64, din)
+    # M = N = 128: each warp takes 4 x 4 instruction tiles, 4 x 2 warps a work-group (heuristic.TC_BLOCK)
+    item, want = matmul_case(128, 32, 128, din)
     program = get_program(item.ast, PythonWithCUDATensorCores())
-    assert sum(u.op.name == "WMMA" for u in program.uops) == 16 and program.local_size == (32, 2, 2)
+    assert sum(u.op.name == "WMMA" for u in program.uops) == 16 and program.local_size == (32, 4, 2)
     out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
