@@ -352,3 +352,14 @@ def test_mlp_784_512_512_10_gradients(device: str) -> None:
     np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5, atol=1e-5)
     for i, (p, ref) in enumerate(zip(params, ref_grads)):
         np.testing.assert_allclose(p.grad.numpy(), ref, atol=2e-5, rtol=1e-4, err_msg=f"parameter {i}")
+
+
+def test_a_failed_construction_leaves_no_tensor_needing_gradients() -> None:
+    """`Tensor(bad, requires_grad=True)` raising must not leave a half-made tensor among those autograd walks (a
+    later realize read its missing value: AttributeError), even while the traceback keeps it alive."""
+    with pytest.raises(TypeError) as info:
+        Tensor(object(), requires_grad=True)
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    y = (w * 3).realize()
+    y.sum().backward()
+    assert w.grad.tolist() == [3.0, 3.0] and info.value is not None

@@ -597,8 +597,16 @@ class Tensor(
     def __init__(
         self, data: Any = None, device: str | None = None, dtype: Any = None, requires_grad: bool | None = None
     ):
-        dt = _to_dtype(dtype) if dtype is not None else None
         self.requires_grad, self.grad = requires_grad, None
+        try:
+            self._init_value(data, device, dtype)
+        except BaseException:
+            if requires_grad:  # a half-made tensor must not stay among those autograd looks at
+                self.requires_grad = None
+            raise
+
+    def _init_value(self, data: Any, device: str | None, dtype: Any) -> None:
+        dt = _to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             if data.shape is None:
                 raise TypeError(f"a Tensor needs a tensor-level UOp with a shape, got {data.op}")
