@@ -526,7 +526,7 @@ def _gpu_second_vector(k: Kernel) -> None:
 _GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
 _GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
 _GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
-TC_BLOCK = (4, 4, 4, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
+TC_BLOCK = (4, 8, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
 
 
 def _gpu_tc_blocks(k: Kernel) -> None:
