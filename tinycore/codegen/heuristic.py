@@ -3,12 +3,19 @@
 `tinycore.codegen.get_program` uses it whenever no opts are given, ``NOOPT`` is off and ``BEAM`` is 0. The choice
 depends only on what the renderer declares:
 
-**GPU-style renderers** (``has_local``):
+**GPU-style renderers** (``has_local``), measured on an H100 (``plugins/tinycore_cuda/bench/results/``):
 
-1. a declared tensor core (``TC``) on a matmul-shaped reduce whose dtypes fit (``USE_TC=0`` turns this off);
-2. a long reduction with few outputs is split across a work-group (``GROUPTOP``);
+1. a declared tensor core (``TC``) on a matmul-shaped reduce whose dtypes fit (``USE_TC=0`` turns this off), then a
+   block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 4 x 8 tiles, 2 x 2 warps);
+2. a reduction contiguous in memory (row sums, a softmax's max and sum) gets vector lanes along the row (``UNROLL``)
+   and then a work-group across it (``GROUP``) sized so each work-item loads 16 vectors; neighbouring work-items read
+   neighbouring vectors (coalesced) and the partial results meet through warp shuffles and shared memory; other
+   rows fill the rest of a 256-wide work-group (``LOCAL``). A strided reduction with few outputs is split across a
+   work-group by blocks of rows (``GROUPTOP``);
 3. small upcasts of a contiguous output axis (vector loads/stores) when the renderer has vectors;
-4. local ids on the output axes (work-groups of up to 64 work-items), innermost axes first.
+4. local ids on the output axes, innermost first: 256-wide work-groups along one axis for copies and elementwise
+   kernels (each work-item taking a second vector one work-group further on when the kernel is long), 16 x 16 for
+   other kernels that reduce.
 
 **CPU-style renderers** (no local ids):
 
