@@ -1555,59 +1555,63 @@ def _smul(a: sint, b: sint) -> sint:
     return a * b
 
 
+def _shape_kinds() -> dict[Ops, int]:
+    kinds = {Ops.BUFFER: 0, Ops.BUFFER_VIEW: 1, Ops.CONST: 2, Ops.DEFINE_VAR: 3, Ops.BIND: 3, Ops.IOTA: 4}
+    kinds |= {Ops.RESHAPE: 5, Ops.EXPAND: 5, Ops.PERMUTE: 6, Ops.PAD: 7, Ops.SHRINK: 8, Ops.FLIP: 9}
+    kinds |= {op: 10 for op in GroupOp.Movement if op not in kinds} | {Ops.REDUCE_AXIS: 10}
+    kinds |= {op: 11 for op in GroupOp.Elementwise}
+    same = (Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.NOOP, Ops.AFTER)
+    kinds |= {op: 12 for op in (*same, Ops.MSTACK, Ops.ALLREDUCE)}
+    return kinds | {Ops.MSELECT: 13, Ops.MULTI: 14}
+
+
+_SHAPE_KIND = _shape_kinds()  # op -> which rule of `_infer_shape` gives its shape (one dict lookup per node)
+
+
 def _infer_shape(u: UOp) -> tuple[sint, ...] | None:
-    op = u.op
-    if op is Ops.BUFFER:
+    kind = _SHAPE_KIND.get(u.op)
+    if kind is None:
+        return None
+    if kind == 0:
         return (u.arg,)
-    if op is Ops.BUFFER_VIEW:
+    if kind == 1:
         return (u.arg[0],)
-    if op is Ops.CONST:
+    if kind == 2:
         return () if u.src and u.src[0].op is Ops.DEVICE else None
-    if op in (Ops.DEFINE_VAR, Ops.BIND):
+    if kind == 3:
         return ()
-    if op is Ops.IOTA:
+    if kind == 4:
         return (u.arg,) if u.src and u.src[0].op is Ops.DEVICE else None
-    if op in (Ops.RESHAPE, Ops.EXPAND):
+    if kind == 5:
         return tuple(u.arg)
+    if kind == 11:
+        return next((s._shape for s in u.src if s._shape is not None), None)
     src_shape = u.src[0]._shape if u.src else None
-    if op in GroupOp.Movement or op is Ops.REDUCE_AXIS:
+    if kind <= 10:  # the other movement ops and REDUCE_AXIS
         if src_shape is None:
             return None
-        if op is Ops.PERMUTE:
+        if kind == 6:
             return tuple(src_shape[i] for i in u.arg)
-        if op is Ops.PAD:
+        if kind == 7:
             return tuple(_simplify_sint(s + b + a) for s, (b, a) in zip(src_shape, u.arg))
-        if op is Ops.SHRINK:
+        if kind == 8:
             return tuple(_simplify_sint(e - b) for (b, e) in u.arg)
-        if op is Ops.FLIP:
+        if kind == 9:
             return src_shape
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
-    if op in GroupOp.Elementwise:
-        return next((s._shape for s in u.src if s._shape is not None), None)
-    if op in (
-        Ops.COPY,
-        Ops.ASSIGN,
-        Ops.CONTIGUOUS,
-        Ops.CONTIGUOUS_BACKWARD,
-        Ops.DETACH,
-        Ops.NOOP,
-        Ops.AFTER,
-        Ops.MSTACK,
-        Ops.ALLREDUCE,
-    ):
+    if kind == 12:
         return src_shape
-    if op is Ops.MSELECT:
+    if kind == 13:  # MSELECT
         if u.src[0].op is Ops.MULTI:
             return u.src[0].src[u.arg]._shape
         return src_shape
-    if op is Ops.MULTI:
-        if src_shape is None or u.arg is None:
-            return src_shape
-        total: sint = 0
-        for s in u.src:
-            total = total + s._shape[u.arg] if s._shape is not None else total
-        return tuple(_simplify_sint(total) if i == u.arg else d for i, d in enumerate(src_shape))
-    return None
+    # MULTI
+    if src_shape is None or u.arg is None:
+        return src_shape
+    total: sint = 0
+    for s in u.src:
+        total = total + s._shape[u.arg] if s._shape is not None else total
+    return tuple(_simplify_sint(total) if i == u.arg else d for i, d in enumerate(src_shape))
 
 
 def _simplify_sint(x: sint) -> sint:
