@@ -481,6 +481,12 @@ def _cpu_threads(k: Kernel, prefer: UOp | None = None) -> None:
 # GPU
 
 
+_GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
+_GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
+_GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
+TC_BLOCK = (4, 8, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
+
+
 def _gpu(k: Kernel) -> None:
     if USE_TC and k.renderer is not None and k.renderer.tensor_cores and k.tc_candidates():
         if _try(k, Opt(OptOps.TC, 0, None)):
@@ -501,9 +507,8 @@ def _gpu(k: Kernel) -> None:
     budget = max(1, _GPU_THREADS // group)
     # a work-group along one output axis for copies and elementwise kernels (whole warps reading consecutive
     # vectors); kernels that reduce share their loads between rows and columns, so they get a square-ish one
-    per_axis = budget if not k.reduce_axes else 16
-    if group > 1:
-        per_axis = budget  # rows of a grouped reduction side by side
+    # (rows of a grouped reduction sit side by side like an elementwise kernel's)
+    per_axis = budget if not k.reduce_axes or group > 1 else 16
     for r in reversed(k.output_axes):
         size = _size(r)
         amt = _divisor(size, [w for w in (256, 128, 64, 32, 16, 8, 4, 2) if w <= min(budget, per_axis)])
@@ -528,12 +533,6 @@ def _gpu_second_vector(k: Kernel) -> None:
     size, idx = max(sizes)
     if size % 2 == 0:
         _try(k, Opt(OptOps.UPCAST, idx, 2))
-
-
-_GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
-_GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
-_GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
-TC_BLOCK = (4, 8, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
 
 
 def _gpu_tc_blocks(k: Kernel) -> None:

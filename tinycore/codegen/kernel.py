@@ -727,13 +727,21 @@ def _bit_affine(table: dict[tuple[int, int], int], threads: int, count: int, lan
     return expr.simplify()
 
 
-def _wmma_accumulate(p: UOp, ld: UOp, w: UOp) -> UOp | None:
-    """``acc = acc + WMMA(a, b, 0)`` -> ``acc = WMMA(a, b, acc)`` (the read of `acc` may sit under the one-source
-    ``AFTER`` that orders it after the accumulator's reset)."""
-    c = w.src[2]
-    zero = (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(v == 0 for v in c.arg))
+def _reads_accumulator(ld: UOp, p: UOp) -> bool:
+    """`ld` is the read of the register `p` (maybe under the one-source ``AFTER`` that orders it after the reset)."""
     read = ld.src[0] if ld.op is Ops.AFTER and len(ld.src) == 1 else ld
-    if not zero or read.op is not Ops.LOAD or read.src[0] is not p or ld.dtype != w.dtype:
+    return read.op is Ops.LOAD and read.src[0] is p
+
+
+def _zero_accumulator(w: UOp) -> bool:
+    """The WMMA `w` adds its product to zero."""
+    c = w.src[2]
+    return (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(v == 0 for v in c.arg))
+
+
+def _wmma_accumulate(p: UOp, ld: UOp, w: UOp) -> UOp | None:
+    """``acc = acc + WMMA(a, b, 0)`` -> ``acc = WMMA(a, b, acc)``."""
+    if not _zero_accumulator(w) or not _reads_accumulator(ld, p) or ld.dtype != w.dtype:
         return None
     return p.store(w.replace(src=(w.src[0], w.src[1], ld)))
 
@@ -741,25 +749,20 @@ def _wmma_accumulate(p: UOp, ld: UOp, w: UOp) -> UOp | None:
 def _wmma_accumulate_lanes(p: UOp, ld: UOp, v: UOp) -> UOp | None:
     """The same for a block of tensor-core tiles (``UPCAST`` after ``TC``): ``acc = acc + VECTORIZE(lanes of
     WMMA_0(a0, b0, 0), lanes of WMMA_1(a1, b1, 0), ...)`` -> each ``WMMA_j`` takes its slice of `acc` as C."""
-    read = ld.src[0] if ld.op is Ops.AFTER and len(ld.src) == 1 else ld
-    if read.op is not Ops.LOAD or read.src[0] is not p or ld.dtype != v.dtype:
+    if not _reads_accumulator(ld, p) or ld.dtype != v.dtype:
         return None
     lanes: list[UOp] = []
-    start = 0
-    while start < len(v.src):
-        g = v.src[start]
+    while len(lanes) < len(v.src):
+        start, g = len(lanes), v.src[len(lanes)]
         w = g.src[0] if g.op is Ops.GEP and g.src else None
-        if w is None or w.op is not Ops.WMMA:
+        if w is None or w.op is not Ops.WMMA or not _zero_accumulator(w):
             return None
         count = w.dtype.count
-        c = w.src[2]
-        zero = (c.op is Ops.CONST and c.arg == 0) or (c.op is Ops.VCONST and all(x == 0 for x in c.arg))
         chunk = v.src[start : start + count]
-        if not zero or [x.arg for x in chunk] != [(i,) for i in range(count)] or any(x.src[0] is not w for x in chunk):
+        if [x.arg for x in chunk] != [(i,) for i in range(count)] or any(x.src[0] is not w for x in chunk):
             return None
         fused = w.replace(src=(w.src[0], w.src[1], ld.gep(tuple(range(start, start + count)))))
         lanes += [fused.gep(i) for i in range(count)]
-        start += count
     return p.store(UOp(Ops.VECTORIZE, v.dtype, tuple(lanes)))
 
 
@@ -784,7 +787,7 @@ pm_wmma_accumulate = PatternMatcher(
                 ),
             ),
             _wmma_accumulate,
-        )
+        ),
     ],
     name="wmma_accumulate",
 )

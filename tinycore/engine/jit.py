@@ -997,7 +997,7 @@ class TinyJit(Generic[ReturnType]):
             outs: list[Any] = []
             _flatten_ret(ret, outs, "the return value")
             if outs or writes:
-                (outs + writes)[0].realize(*(outs + writes)[1:])
+                _tensor_class().realize(*outs, *writes)
             self.cnt = 1
             return ret
         ret = self._capture(args, kwargs, tensors, keys, var_vals)
@@ -1077,7 +1077,7 @@ class TinyJit(Generic[ReturnType]):
                 out_tensors: list[Any] = []
                 template = _flatten_ret(ret, out_tensors, "the return value")
                 if out_tensors or writes:  # the writes it left lazy are part of the program too
-                    (out_tensors + writes)[0].realize(*(out_tensors + writes)[1:])
+                    _tensor_class().realize(*out_tensors, *writes)
         finally:
             _capturing.pop()
         del ret

@@ -37,6 +37,50 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None], repeats: int, inner: 
     return statistics.median(samples)
 
 
+def mlp_problem() -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The CPU benchmark's MLP (784-512-512-10, batch 128): initial weights, one batch and its one-hot labels."""
+    rng = np.random.default_rng(0)
+    shapes = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
+    inits = [(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in shapes]
+    xb = rng.random((128, 784), dtype=np.float32)
+    yb = np.zeros((128, 10), np.float32)
+    yb[np.arange(128), rng.integers(0, 10, 128)] = 1
+    return inits, xb, yb
+
+
+def mlp_tensors(
+    dev: str, inits: list[np.ndarray], xb: np.ndarray, yb: np.ndarray
+) -> tuple[list[Tensor], Tensor, Tensor]:
+    """The weights (needing gradients), the batch and the labels on `dev`, realized."""
+    params = [Tensor(w, device=dev, requires_grad=True).realize() for w in inits]
+    return params, Tensor(xb, device=dev).realize(), Tensor(yb, device=dev).realize()
+
+
+def mlp_step(params: list[Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """One SGD step (lr 0.05) of softmax cross-entropy; returns the loss. The weight writes stay lazy: a TinyJit
+    realizes them with the loss."""
+    w1, b1, w2, b2, w3, b3 = params
+    loss = -(((x @ w1 + b1).relu() @ w2 + b2).relu() @ w3 + b3).log_softmax(1).mul(y).sum(1).mean()
+    for p_ in params:
+        p_.grad = None
+    loss.backward()
+    for p_ in params:
+        p_.assign(p_.detach() - 0.05 * p_.grad)
+    return loss.realize()
+
+
+def torch_mlp_step(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> None:
+    """`mlp_step` in torch, eagerly."""
+    w1, b1, w2, b2, w3, b3 = params
+    loss = -(torch.log_softmax(torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3, 1) * y).sum(1).mean()
+    for p_ in params:
+        p_.grad = None
+    loss.backward()
+    with torch.no_grad():
+        for p_ in params:
+            p_ -= 0.05 * p_.grad
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="CUDA")
@@ -141,62 +185,32 @@ def main() -> None:
         False,
     )
     # the CPU benchmark's MLP train step: 784-512-512-10, batch 128, SGD; TinyJit'd here, eager torch there
-    rng = np.random.default_rng(0)
-    shapes = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
-    inits = [(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in shapes]
-    xb = rng.random((128, 784), dtype=np.float32)
-    yb = np.zeros((128, 10), np.float32)
-    yb[np.arange(128), rng.integers(0, 10, 128)] = 1
-    params = [Tensor(w, device=dev, requires_grad=True).realize() for w in inits]
-    mx, my = Tensor(xb, device=dev).realize(), Tensor(yb, device=dev).realize()
-
-    def mlp_step(xin: Tensor, yin: Tensor) -> Tensor:
-        w1, b1, w2, b2, w3, b3 = params
-        logits = ((xin @ w1 + b1).relu() @ w2 + b2).relu() @ w3 + b3
-        loss = -(logits.log_softmax(1) * yin).sum(1).mean()
-        for p_ in params:
-            p_.grad = None
-        loss.backward()
-        for p_ in params:
-            p_.assign(p_.detach() - 0.05 * p_.grad)
-        return loss.realize()
-
-    jit_step = TinyJit(mlp_step)
-    tparams = [torch.tensor(w, device=tdev, requires_grad=True) for w in inits]
-    tx_, ty_ = torch.tensor(xb, device=tdev), torch.tensor(yb, device=tdev)
-
-    def torch_step() -> None:
-        w1, b1, w2, b2, w3, b3 = tparams
-        logits = torch.relu(torch.relu(tx_ @ w1 + b1) @ w2 + b2) @ w3 + b3
-        loss = -(torch.log_softmax(logits, 1) * ty_).sum(1).mean()
-        for p_ in tparams:
-            p_.grad = None
-        loss.backward()
-        with torch.no_grad():
-            for p_ in tparams:
-                p_ -= 0.05 * p_.grad
-
-    gpu_tparams = tparams
+    inits, xb, yb = mlp_problem()
+    params, mx, my = mlp_tensors(dev, inits, xb, yb)
+    jit_step = TinyJit(lambda xin, yin: mlp_step(params, xin, yin))
+    gpu_torch = [torch.tensor(w, device=tdev, requires_grad=True) for w in inits]
+    tx, ty = torch.tensor(xb, device=tdev), torch.tensor(yb, device=tdev)
     row(
         "MLP train step",
         "steps/s",
         lambda: 1 / timed(lambda: jit_step(mx, my), sync_tc, reps, inner=10),
-        lambda: 1 / timed(torch_step, sync_torch, reps, inner=10),
+        lambda: 1 / timed(lambda: torch_mlp_step(gpu_torch, tx, ty), sync_torch, reps, inner=10),
         True,
     )
     # both took the same number of steps from the same weights on the same batch: they must agree, and agree with
     # torch on the CPU taking those steps too (which of the two drifts, when they don't)
     steps = (reps + 2) * 10
-    tparams = [torch.tensor(w, requires_grad=True) for w in inits]  # torch_step reads these: now on the CPU
-    tx_, ty_ = torch.tensor(xb), torch.tensor(yb)
+    cpu_torch = [torch.tensor(w, requires_grad=True) for w in inits]
     for _ in range(steps):
-        torch_step()
-    cpu_torch = [t_.detach().numpy() for t_ in tparams]
-    ours_w = [p_.numpy() for p_ in params]
-    print(f"MLP train step: max |torch on {tdev} - torch on the CPU| = "
-          f"{max(float(np.abs(t_.detach().cpu().numpy() - b).max()) for t_, b in zip(gpu_tparams, cpu_torch)):.2e}")
-    print(f"MLP train step: weights after {steps} steps, max |tinycore - torch on the CPU| = "
-          f"{max(float(np.abs(a - b).max()) for a, b in zip(ours_w, cpu_torch)):.2e}")  # fmt: skip
+        torch_mlp_step(cpu_torch, torch.tensor(xb), torch.tensor(yb))
+    reference = [t_.detach().numpy() for t_ in cpu_torch]
+
+    def drift(weights: list[np.ndarray]) -> float:
+        return max(float(np.abs(a - b).max()) for a, b in zip(weights, reference))
+
+    print(f"MLP train step, weights after {steps} steps: max |torch on {tdev} - torch on the CPU| = "
+          f"{drift([t_.detach().cpu().numpy() for t_ in gpu_torch]):.2e}, max |tinycore - torch on the CPU| = "
+          f"{drift([p_.numpy() for p_ in params]):.2e}")  # fmt: skip
     # eager dispatch: host time of one tiny op
     tiny = Tensor(np.ones(16, np.float32), device=dev).realize()
     ttiny = torch.ones(16, device=tdev)

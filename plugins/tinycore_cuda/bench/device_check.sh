@@ -91,43 +91,7 @@ fi
 
 if want mlp_check; then
 step "the bench's MLP: one step's loss and gradients on CUDA against CLANG, then 30 TinyJit steps"
-logged mlp_check 20 timeout 120 python3 - <<'PY'
-import numpy as np
-from tinycore import Tensor, TinyJit
-rng = np.random.default_rng(0)
-shapes = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
-inits = [(rng.standard_normal(shape) * 0.05).astype(np.float32) for shape in shapes]
-xb = rng.random((128, 784), dtype=np.float32)
-yb = np.zeros((128, 10), np.float32)
-yb[np.arange(128), rng.integers(0, 10, 128)] = 1
-def setup(dev):
-    params = [Tensor(w, device=dev, requires_grad=True).realize() for w in inits]
-    return params, Tensor(xb, device=dev).realize(), Tensor(yb, device=dev).realize()
-def step(params, x, y):
-    w1, b1, w2, b2, w3, b3 = params
-    loss = -(((x @ w1 + b1).relu() @ w2 + b2).relu() @ w3 + b3).log_softmax(1).mul(y).sum(1).mean()
-    for p in params:
-        p.grad = None
-    loss.backward()
-    for p in params:
-        p.assign(p.detach() - 0.05 * p.grad)
-    return loss.realize()
-runs = {}
-for dev in ("CLANG", "CUDA"):
-    params, x, y = setup(dev)
-    loss = step(params, x, y).item()
-    grads = [p.grad.numpy() for p in params]
-    jit = TinyJit(lambda a, b: step(params, a, b))
-    losses = [jit(x, y).item() for _ in range(30)]
-    runs[dev] = (loss, grads, losses, [p.numpy() for p in params])
-(l0, g0, ls0, w0), (l1, g1, ls1, w1) = runs["CLANG"], runs["CUDA"]
-print(f"step 1 loss CLANG {l0:.7f} CUDA {l1:.7f}")
-for name, a, b in zip(("w1", "b1", "w2", "b2", "w3", "b3"), g0, g1):
-    print(f"grad {name}: max |CUDA - CLANG| = {np.abs(a - b).max():.2e} (max |grad| {np.abs(a).max():.2e})")
-print("losses over 30 TinyJit steps, CLANG:", [round(v, 5) for v in ls0[::6]])
-print("losses over 30 TinyJit steps, CUDA: ", [round(v, 5) for v in ls1[::6]])
-print(f"weights after 31 steps: max |CUDA - CLANG| = {max(np.abs(a - b).max() for a, b in zip(w0, w1)):.2e}")
-PY
+logged mlp_check 20 timeout 120 python3 plugins/tinycore_cuda/bench/mlp_check.py
 fi
 
 if want tc_sweep; then
