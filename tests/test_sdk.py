@@ -45,6 +45,8 @@ RENDERER_ATTRIBUTES = (
     "max_vector_access",
     "extra_rules",
 )
+# ... and every method of the base it calls (plugins may override them)
+RENDERER_METHODS = ("render", "fuses_row", "row_split")
 
 
 def plugin_sources() -> list[Path]:
@@ -217,6 +219,11 @@ def test_the_import_check_names_file_and_line():
 # ----- (c) the Renderer base declares what core reads
 
 
+@pytest.mark.parametrize("name", RENDERER_METHODS)
+def test_renderer_base_defines_and_documents_the_methods_core_calls(name: str):
+    assert callable(getattr(Renderer, name, None)) and getattr(Renderer, name).__doc__, name
+
+
 @pytest.mark.parametrize("name", RENDERER_ATTRIBUTES)
 def test_renderer_base_declares(name: str):
     assert name in Renderer.__annotations__ and hasattr(Renderer, name), f"Renderer does not declare {name}"
@@ -230,7 +237,7 @@ def test_every_renderer_attribute_core_reads_is_declared():
         for path, text in _core_sources()
         for m in read.finditer(text)
         if not (path.name == "cstyle.py" and m.group(1) in vars(CStyleRenderer))  # the C-family base's own
-    } - {"render"}
+    } - set(RENDERER_METHODS)
     assert names, "expected core to read renderer attributes"
     undeclared = names - set(RENDERER_ATTRIBUTES)
     assert not undeclared, f"core reads renderer attributes missing from the declared list: {undeclared}"
@@ -261,7 +268,7 @@ def test_renderer_setting_names_are_declared():
     setting = re.compile(r"renderer_setting\([^,]+,\s*[\"'](\w+)[\"']")
     names = {m.group(1) for _, text in _core_sources() for m in setting.finditer(text)}
     assert names, "expected core to read some renderer settings"
-    assert names <= set(RENDERER_ATTRIBUTES), names - set(RENDERER_ATTRIBUTES)
+    assert names <= set(RENDERER_ATTRIBUTES + RENDERER_METHODS), names - set(RENDERER_ATTRIBUTES + RENDERER_METHODS)
 
 
 def test_renderer_setting_refuses_undeclared_names():

@@ -7,13 +7,17 @@ depends only on what the renderer declares:
 
 1. a declared tensor core (``TC``) on a matmul-shaped reduce whose dtypes fit (``USE_TC=0`` turns this off), then a
    block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 4 x 8 tiles, 2 x 2 warps);
-2. a reduction contiguous in memory (row sums, a softmax's max and sum) gets vector lanes along the row (``UNROLL``)
+2. a fused row kernel (softmax, layernorm: reduces over the row of the output's last axis, broadcast back over
+   it; `tinycore.renderer.Renderer.row_split`) runs each row in one work-group: every work-item loads its share of
+   the row once (vectors, neighbours on neighbouring vectors) and keeps it in registers for every pass, and each
+   reduce's partials meet through warp shuffles on those same lanes (``GROUPLOCAL``);
+3. another reduction contiguous in memory (row sums) gets vector lanes along the row (``UNROLL``)
    and then a work-group across it (``GROUP``) sized so each work-item loads 16 vectors; neighbouring work-items read
    neighbouring vectors (coalesced) and the partial results meet through warp shuffles and shared memory; other
    rows fill the rest of a 256-wide work-group (``LOCAL``). A strided reduction with few outputs is split across a
    work-group by blocks of rows (``GROUPTOP``);
-3. small upcasts of a contiguous output axis (vector loads/stores) when the renderer has vectors;
-4. local ids on the output axes, innermost first: 256-wide work-groups along one axis for copies and elementwise
+4. small upcasts of a contiguous output axis (vector loads/stores) when the renderer has vectors;
+5. local ids on the output axes, innermost first: 256-wide work-groups along one axis for copies and elementwise
    kernels (each work-item taking a second vector one work-group further on when the kernel is long), 16 x 16 for
    other kernels that reduce.
 
@@ -492,6 +496,8 @@ def _gpu(k: Kernel) -> None:
         if _try(k, Opt(OptOps.TC, 0, None)):
             _gpu_tc_blocks(k)
             return
+    if k.reduce_axes and _gpu_row_kernel(k):
+        return
     vw = min(4, vector_width(k, _itemsize(k)))
     main = _main_load(k)
     group = _gpu_row_group(k, vw, main) if k.reduce_axes else 1
@@ -521,6 +527,45 @@ def _gpu(k: Kernel) -> None:
             break
     if not k.reduce_axes and out_axis is not None and vw > 1:
         _gpu_second_vector(k)
+
+
+def _gpu_row_kernel(k: Kernel) -> bool:
+    """A fused row kernel (softmax, layernorm: reduces over the last output axis's row, broadcast back over it; see
+    `tinycore.renderer.Renderer.row_split`): one work-group per row. The row's vectors are spread over the
+    work-items (``UPCAST`` lanes, ``LOCAL``, ``UPCAST`` the rest), and every reduce is split the same way over the
+    same lanes (``UNROLL``, ``GROUPLOCAL``, ``UNROLL``), so each work-item loads its share of the row once, keeps it
+    in registers for every pass, and the reduces meet through warp shuffles. Short rows share a work-group (up to
+    128 work-items). Returns False, changing nothing, when `k` is not such a kernel or its row can't be split."""
+    j = k.output_axes[-1] if k.output_axes else None
+    length = _size(j) if j is not None else None
+    if j is None or not isinstance(length, int) or any(_size(r) != length for r in k.reduce_axes):
+        return False
+    reduces = [u for u in k.sink.toposort() if u.op is Ops.REDUCE]
+    if not reduces or any(j in red.src[0].toposort() for red in reduces):
+        return False  # a reduce that reads along the output's row axis: an ordinary reduction
+    split = k.renderer.row_split(length, _itemsize(k)) or k.renderer.row_split(length, 16)
+    if split is None:
+        return False
+    lanes, items = split
+    rest = length // lanes // items
+    last = len(k.output_axes) - 1
+    opts = ([Opt(OptOps.UPCAST, last, lanes)] if lanes > 1 else []) + [Opt(OptOps.LOCAL, last, items)]
+    opts += [Opt(OptOps.UPCAST, last, rest)] if rest > 1 else []
+    for i in reversed(range(len(k.reduce_axes))):  # a reduce split over whole lanes leaves reduce_axes: last first
+        opts += [Opt(OptOps.UNROLL, i, lanes)] if lanes > 1 else []
+        opts += [Opt(OptOps.GROUPLOCAL, i, 0)] + ([Opt(OptOps.UNROLL, i, rest)] if rest > 1 else [])
+    trial = k.copy()
+    try:
+        trial.apply_opts(opts)
+    except KernelOptError:
+        return False
+    k.__dict__.update(trial.__dict__)
+    if items < 128 and k.output_axes:  # short rows: neighbouring rows fill the work-group
+        rows = k.output_axes[-1]
+        amt = _divisor(_size(rows), [w for w in (64, 32, 16, 8, 4, 2) if w * items <= 128])
+        if amt is not None:
+            _try(k, Opt(OptOps.LOCAL, len(k.output_axes) - 1, amt))
+    return True
 
 
 def _gpu_second_vector(k: Kernel) -> None:

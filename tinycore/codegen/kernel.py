@@ -29,6 +29,11 @@ Which axis `Opt.axis` names:
 
 - ``LOCAL``/``UPCAST``/``THREAD``: an index into `Kernel.output_axes` (``LOOP``/``GLOBAL`` ranges);
 - ``GROUP``/``GROUPTOP``/``UNROLL``: an index into `Kernel.reduce_axes` (``REDUCE`` ranges);
+- ``GROUPLOCAL``: an index into `Kernel.reduce_axes`; ``arg`` an index into the kernel's ``LOCAL`` axes
+  (``Kernel.axes_of(AxisType.LOCAL)``): the reduce axis is split by that local axis's size and its inner part *is*
+  that local axis, so the lanes that compute a row's outputs also share its reduction (a GPU row kernel: softmax,
+  layernorm). Each lane reduces its part, the parts meet through warp shuffles and shared memory like ``GROUP``'s,
+  and every lane gets the total. Several reduces may share one local axis, each in its turn;
 - ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to. On a
   reduce axis the extra iterations are masked (loads gated, reduced values replaced by the reduce identity). On an
   output axis only the stores are gated: the extra lanes compute values nobody keeps, so a global load whose
@@ -121,6 +126,7 @@ class OptOps(Enum):
     THREAD = auto()
     GROUP = auto()
     GROUPTOP = auto()
+    GROUPLOCAL = auto()
     NOLOCALS = auto()
     PADTO = auto()
     OVERLAP = auto()
@@ -380,6 +386,8 @@ class Kernel:
             amt = self._amount(rng, opt)
             self._check_local_size(amt)
             self.shift_to(rng, amt, AxisType.GROUP_REDUCE, top=opt.op is OptOps.GROUPTOP)
+        elif opt.op is OptOps.GROUPLOCAL:
+            self._group_local(opt)
         elif opt.op is OptOps.THREAD:
             _check(ren is not None and not ren.has_local, f"{opt}: THREAD is for CPU-style devices (no local ids)")
             _check(not self.axes_of(AxisType.THREAD), f"{opt}: the kernel already has a THREAD axis")
@@ -422,6 +430,23 @@ class Kernel:
         for opt in opts:
             self.apply_opt(opt)
         return self
+
+    def _group_local(self, opt: Opt) -> None:
+        ren = self.renderer
+        _check(
+            self.use_locals and ren is not None and ren.has_local and ren.has_shared,
+            f"{opt}: the device has no shared memory",
+        )
+        rng = self._pick(self.reduce_axes, opt, "reduce")
+        local = self._pick(self.axes_of(AxisType.LOCAL), Opt(opt.op, opt.arg), "local")
+        size, amt = _size(rng), _size(local)
+        _check(isinstance(size, int) and isinstance(amt, int), f"{opt}: symbolic sizes")
+        _check(size % amt == 0, f"{opt}: reduce axis of size {size} can't split by the local axis's {amt}")
+        outer = UOp.range(size // amt, rng.arg[0], rng.arg[1])
+        if size // amt == 1:
+            self.sink = substitute_ranges(self.sink, {rng: (local, (local,))})
+        else:
+            self.sink = substitute_ranges(self.sink, {rng: (outer * amt + local, (outer, local))}, {rng: (outer, amt)})
 
     def _check_local_size(self, extra: int) -> None:
         sizes = [_size(r) for r in self.axes_of(AxisType.LOCAL, AxisType.GROUP_REDUCE)]
@@ -860,10 +885,11 @@ def _linear(rngs: list[UOp]) -> UOp:
 
 
 def _group_reduce(ctx: GroupReduceCtx, red: UOp) -> UOp | None:
-    grs = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
+    # a reduce over a LOCAL range (``GROUPLOCAL``) reduces across those lanes like one over a GROUP_REDUCE range
+    grs = [r for r in red.src[1:] if r.arg[1] in _LOCAL_SET]
     if not grs:
         return None
-    others = [r for r in red.src[1:] if r.arg[1] is not AxisType.GROUP_REDUCE]
+    others = [r for r in red.src[1:] if r.arg[1] not in _LOCAL_SET]
     outer = scopes(red, ctx.scope_cache)[red]
     _check(
         all(r.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE) for r in outer),
@@ -952,7 +978,9 @@ def group_reduces(sink: UOp, ctx: GroupReduceCtx) -> UOp:
         key=range_key,
     )
     group_rngs = [r for r in ctx.local_rngs if r.arg[1] is AxisType.GROUP_REDUCE]
-    if not group_rngs:
+    if not group_rngs and not any(
+        u.op is Ops.REDUCE and any(r.arg[1] is AxisType.LOCAL for r in u.src[1:]) for u in sink.toposort()
+    ):
         return sink
     sink = graph_rewrite(sink, pm_group_reduce, ctx=ctx, name="group_reduce_partials")
     stores = []

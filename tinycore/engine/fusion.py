@@ -268,12 +268,12 @@ class FusionGraph:
         return found
 
     def _row_reduces(self) -> set[UOp]:
-        """Reduces that stay in the kernel consuming them: over the last axis of a value whose rows are at most the
-        device renderer's ``row_reduce_bytes`` long (`tinycore.renderer.Renderer.row_reduce_bytes`; 0 on GPUs),
-        with results only broadcast back over those rows. Such a kernel (softmax, layernorm) reads each row from
-        memory once; its later passes over the row hit the cache."""
+        """Reduces that stay in the kernel consuming them: over the last axis of a value whose rows the device's
+        renderer fuses (`tinycore.renderer.Renderer.fuses_row`: at most ``row_reduce_bytes`` long, and on a GPU-style
+        renderer split over one work-group), with results only broadcast back over those rows. Such a kernel
+        (softmax, layernorm) reads each row from memory once."""
         out: set[UOp] = set()
-        limits: dict[Any, int] = {}
+        fits: dict[Any, Any] = {}  # device -> its renderer's `fuses_row` (None: no renderer to ask)
         # passes[u]: the longest chain of row reduces that computing u in one kernel runs one after the other
         passes: dict[UOp, int] = {}
         for u in self.topo:
@@ -287,9 +287,9 @@ class FusionGraph:
             if tuple(u.arg[1]) != (last,) or not isinstance(shape[last], int) or shape[last] <= 1:
                 continue
             device = u.device
-            if device not in limits:
-                limits[device] = int(renderer_setting(device, "row_reduce_bytes", 0) or 0)
-            if shape[last] * max(u.dtype.itemsize, u.src[0].dtype.itemsize) > limits[device]:
+            if device not in fits:
+                fits[device] = renderer_setting(device, "fuses_row", None)
+            if fits[device] is None or not fits[device](shape[last], max(u.dtype.itemsize, u.src[0].dtype.itemsize)):
                 continue
             # the result may pass through reshapes and row-sized elementwise ops (``log(sum)``, ``rsqrt(var +
             # eps)``) but must end broadcast back over the rows it reduced: the EXPAND goes from the reduce's own

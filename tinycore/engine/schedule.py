@@ -24,10 +24,11 @@ Steps on a schedule-cache miss (`schedule_graph`):
    kernels need (recomputing it would repeat the reduction), and a costly value of other kernels' outputs that is
    broadcast into a reduce (fused, the reduce would recompute it per broadcast element: a softmax backward inside
    the gradient matmuls). Everything else is fused into the kernels that use it. Exception, on devices whose
-   renderer sets ``row_reduce_bytes`` (CPU-style: one thread runs a whole row): a reduce over the last axis of
-   rows that short, whose result is only broadcast back over them (maybe through row-sized elementwise ops), stays
-   in the kernel that uses it (`fusion.FusionGraph._row_reduces`; ``FUSE_ROWS=0`` turns it off): softmax,
-   log-softmax and layernorm are one kernel reading each row from memory once. Such a reduce needed by two kernels
+   renderer fuses rows (`tinycore.renderer.Renderer.fuses_row`: one CPU thread, or one GPU work-group, runs a
+   whole row): a reduce over the last axis of rows that short, whose result is only broadcast back over them
+   (maybe through row-sized elementwise ops), stays in the kernel that uses it (`fusion.FusionGraph._row_reduces`;
+   ``FUSE_ROWS=0`` turns it off): softmax, log-softmax and layernorm are one kernel reading each row from memory
+   once. Such a reduce needed by two kernels
    is realized; the cheap rest of the value is recomputed in each;
 4. **kernel ASTs**: the `schedule:kernel_ast` pass turns each kernel's region into ``SINK(STORE(target, value))``
    with `LOAD(DEFINE_GLOBAL)` inputs;

@@ -189,11 +189,13 @@ class Renderer:
       size a matmul's register tile of accumulators from it;
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
       this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously;
-    - `row_reduce_bytes`: when > 0 (CPU-style renderers, where one thread runs a whole row), a reduce over the last
-      axis of rows at most this many bytes long stays in the kernel that broadcasts its result back over the row
-      (softmax, layernorm: one kernel, each row read from memory once and reread from cache); a value the reduce
-      loop computes and the output needs again is kept in a row-sized register array, not computed twice
-      (`tinycore.codegen.stash`). 0: such reduces get kernels of their own.
+    - `row_reduce_bytes`: when > 0, a reduce over the last axis of rows at most this many bytes long stays in the
+      kernel that broadcasts its result back over the row (softmax, layernorm: one kernel, each row read from
+      memory once). On a CPU-style renderer one thread runs a whole row and rereads it from cache; a value the
+      reduce loop computes and the output needs again is kept in a row-sized register array, not computed twice
+      (`tinycore.codegen.stash`). On a GPU-style renderer (`has_local`) a work-group runs the row, each work-item
+      holding its share of it in registers (`row_split`: only rows it can split that way fuse). 0: such reduces
+      get kernels of their own.
     - `threads`: how many native CPU threads one kernel's ``THREAD`` split (``core_id``) runs on (CPU-style
       renderers); None: ``os.cpu_count()``. It is part of the BEAM cache key;
     - `max_vector_access`: the widest vector load/store, in lanes, the vectorizer emits (a power of two);
@@ -232,6 +234,32 @@ class Renderer:
     threads: int | None = None
     max_vector_access: int = 16  # tinycore.codegen.expander.MAX_ACCESS_WIDTH (not imported: this module stays light)
     extra_rules: dict[str, PatternMatcher] = {}  # read-only default: subclasses assign their own
+
+    def fuses_row(self, length: int, itemsize: int) -> bool:
+        """Whether a reduce over rows of `length` elements of `itemsize` bytes stays in the kernel that broadcasts
+        it back over the row (see `row_reduce_bytes`; on a GPU-style renderer also `row_split`)."""
+        if length * itemsize > self.row_reduce_bytes:
+            return False
+        return not self.has_local or self.row_split(length, itemsize) is not None
+
+    def row_split(self, length: int, itemsize: int) -> tuple[int, int] | None:
+        """How a GPU-style work-group runs one row of `length` elements (a fused softmax or layernorm row):
+        ``(vector lanes, work-items)``. Each work-item takes at most 16 elements: vectors of up to 16 bytes (4 lanes
+        at most) along the row, neighbouring work-items on neighbouring vectors; the work-group is the fewest whole
+        warps (`warp_size`) that hold the row, else the row's vectors one per work-item when a work-group can hold
+        them, within `local_max`. None: no such split (the row's reduces then get kernels of their own)."""
+        limit = min(1024, self.local_max[0] if self.local_max else 1024)
+        warp = max(1, self.warp_size)
+        for lanes in (4, 2, 1):
+            if length % lanes or lanes * itemsize > 16:
+                continue
+            vectors = length // lanes
+            for items in range(warp, limit + 1, warp):
+                if vectors % items == 0 and (vectors // items) * lanes <= 16:
+                    return lanes, items
+            if vectors <= limit and lanes <= 16:
+                return lanes, vectors
+        return None
 
     def render(self, uops: list[UOp], name: str | None = None) -> str:
         """Render the linearized program `uops` (a `ProgramSpec.uops` list) to source text.

@@ -99,6 +99,26 @@ step "tensor-core blockings of an fp16 matmul 4096 (GPU time)"
 logged tc_sweep 12 timeout 90 python3 plugins/tinycore_cuda/bench/tc_sweep.py
 fi
 
+if want kernels; then
+step "device time of each kernel of the bench's workloads (DEBUG=2, third call of each)"
+DEBUG=2 logged kernels 40 timeout 90 python3 - <<'PY'
+import numpy as np
+from tinycore import Tensor, dtypes
+from tinycore.device import Device
+n, big = 4096, 64 << 20
+a16, b16 = (Tensor.rand(n, n, device="CUDA").cast(dtypes.float16).realize() for _ in range(2))
+x, y = (Tensor.rand(big, device="CUDA").realize() for _ in range(2))
+s = Tensor.rand(n, n, device="CUDA").realize()
+for name, call in [("matmul", lambda: a16 @ b16), ("a*b+a", lambda: x * y + x), ("sum", lambda: x.sum()),
+                   ("softmax", lambda: s.softmax(-1))]:
+    for k in range(3):
+        if k == 2:
+            print(f"-- {name}", flush=True)
+        call().realize()
+    Device["CUDA"].synchronize()
+PY
+fi
+
 if want eager; then
 step "eager (x+1) on 16 floats: where the host time goes"
 logged eager 30 timeout 60 python3 - <<'PY'

@@ -1,8 +1,9 @@
 """Code quality of the CUBIN NVRTC builds, read without a GPU: ``ptxas -v`` (NVRTC's own ptxas, through
 ``--ptxas-options=-v``) reports no register spills for any kernel of `tinycore.testkit.kernels` nor for a
-register-blocked tensor-core matmul, on sm_80 and sm_90; the SASS (``cuobjdump -sass``, or ``nvdisasm``) shows
-``HMMA`` in the tensor-core kernel, 128-bit global loads (``LDG.E.128``) in the float4 kernels and butterfly warp
-shuffles (``SHFL.BFLY``) in a warp-reduced sum. The SASS checks skip, naming the tool, where it is missing."""
+register-blocked tensor-core matmul or a softmax row kernel, on sm_80 and sm_90; the SASS (``cuobjdump -sass``,
+or ``nvdisasm``) shows ``HMMA`` in the tensor-core kernel, 128-bit global loads (``LDG.E.128``) in the float4
+kernels, butterfly warp shuffles (``SHFL.BFLY``) in a warp-reduced sum, and the softmax row read once by 128-bit
+loads. The SASS checks skip, naming the tool, where it is missing."""
 
 from __future__ import annotations
 
@@ -50,6 +51,28 @@ def warp_sum(arch: str) -> str:
     return renderer.render(get_program(item.ast, renderer, [Opt(OptOps.GROUPTOP, 0, 256)]).uops, "k_warp_sum")
 
 
+def softmax_rows(arch: str) -> str:
+    """A softmax over rows of 4096 floats as one row kernel (``row_reduce_bytes``: a work-group per row, the row in
+    registers, shuffles for both reduces), optimized by the heuristic as on a GPU."""
+    from tinycore.engine.schedule_cache import clear_schedule_cache
+    from tinycore.runtime.python_device import PythonRenderer
+
+    saved = PythonRenderer.row_reduce_bytes, PythonRenderer.warp_size
+    PythonRenderer.row_reduce_bytes, PythonRenderer.warp_size = CUDARenderer.row_reduce_bytes, CUDARenderer.warp_size
+    clear_schedule_cache()
+    try:
+        x = Tensor(np.ones((64, 4096), np.float32), device="PYTHON")
+        (item,) = [i for i in x.softmax(-1).schedule() if i.ast is not None]
+    finally:
+        PythonRenderer.row_reduce_bytes, PythonRenderer.warp_size = saved
+        clear_schedule_cache()
+    renderer = CUDARenderer(arch)
+    src = renderer.render(get_program(item.ast, renderer).uops, "k_softmax_rows")
+    assert src.count("*((const float4*)((data1") == 4, "each work-item reads its share of the row once"
+    assert src.count("__syncthreads()") == 2, "two reduces, each meeting in shared memory once"
+    return src
+
+
 @pytest.fixture(scope="module", params=ARCHS)
 def built(request) -> tuple[str, dict[str, str], dict[str, bytes], NVRTCCompiler]:
     """(arch, {kernel: source}, {kernel: CUBIN}, compiler): every testkit kernel plus the tensor-core and
@@ -58,6 +81,7 @@ def built(request) -> tuple[str, dict[str, str], dict[str, bytes], NVRTCCompiler
     compiler = NVRTCCompiler(arch)
     sources = render_cases(CUDARenderer(arch))
     sources["tc_matmul"], sources["warp_sum"] = tensor_core_matmul(arch), warp_sum(arch)
+    sources["softmax_rows"] = softmax_rows(arch)
     cubins = {name: split_dynamic_shared(KernelImage.unpack(compiler.compile(s))[1])[1] for name, s in sources.items()}
     return arch, sources, cubins, compiler
 
@@ -121,3 +145,9 @@ def test_float4_kernels_use_128_bit_loads(built, tmp_path) -> None:
 def test_the_warp_reduce_uses_butterfly_shuffles(built, tmp_path) -> None:
     code = sass(built[2]["warp_sum"], tmp_path)
     assert len(re.findall(r"\bSHFL\.BFLY\b", code)) >= 5 and re.search(r"\bBAR\.SYNC\b", code)
+
+
+def test_the_softmax_row_kernel_reads_its_row_once_with_wide_loads_and_shuffles(built, tmp_path) -> None:
+    code = sass(built[2]["softmax_rows"], tmp_path)
+    assert len(re.findall(r"\bLDG\.E(?:\.[A-Z0-9_]+)*\.128\b", code)) == 4  # 16 floats per work-item, read once
+    assert len(re.findall(r"\bSHFL\.BFLY\b", code)) >= 2 * 5 and len(re.findall(r"\bBAR\.SYNC\b", code)) >= 2

@@ -20,6 +20,10 @@ More than the renderer's `shared_max` (the GPU's opt-in limit once a device is o
 Warp shuffles: the renderer declares ``warp_size = 32``, so core's grouped reduces first reduce within each warp
 with ``Ops.SHUFFLE`` (rendered ``__shfl_xor_sync``); shared memory then holds one value per warp (none when one
 warp is the whole group).
+
+Row kernels: ``row_reduce_bytes`` lets a softmax, log-softmax or layernorm over rows of up to 64 KB run as one
+kernel, a work-group per row whose work-items hold the row in registers (core's `Renderer.row_split` and the GPU
+heuristic's ``GROUPLOCAL``): each row is read from memory once and written once.
 """
 
 from __future__ import annotations
@@ -254,6 +258,8 @@ class CUDARenderer(CStyleRenderer):
     local_max = (1024, 1024, 64)
     shared_max = STATIC_SHARED_MAX  # a compile-only target; an opened device sets its GPU's opt-in maximum
     warp_size = 32  # grouped reduces reduce within each warp with __shfl_xor_sync first
+    # softmax/layernorm rows up to 64 KB are one kernel: a work-group per row, the row in registers (`row_split`)
+    row_reduce_bytes = 65536
     tensor_cores = CUDA_TENSOR_CORES  # mma.sync m16n8k16, sm_80 and newer (see `__init__`)
     # CUDA C's float division is correctly rounded (NVRTC defaults to -prec-div=true): RECIP and FDIV are native
     native_ops = frozenset({"SQRT", "TRUNC", "EXP2", "LOG2", "SIN", "MULACC", "RECIP", "FDIV", "NEG", "SUB"})
