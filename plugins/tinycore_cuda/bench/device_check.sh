@@ -66,6 +66,14 @@ s = rng.standard_normal((256, 4096), dtype=np.float32)
 e = np.exp(s - s.max(1, keepdims=True))
 print("softmax 256x4096", np.allclose(Tensor(s, device="CUDA").softmax(-1).numpy(), e / e.sum(1, keepdims=True),
                                       rtol=1e-5, atol=1e-7))
+for shape in [(300, 4096), (128, 10), (64, 768), (7, 33)]:  # one-kernel rows: softmax, log-softmax, layernorm
+    r = rng.standard_normal(shape, dtype=np.float32) * 3
+    t = Tensor(r, device="CUDA")
+    e = np.exp(r - r.max(1, keepdims=True)); sm = e / e.sum(1, keepdims=True)
+    ln = (r - r.mean(1, keepdims=True)) / np.sqrt(r.var(1, keepdims=True) + 1e-5)
+    print("rows", shape, np.allclose(t.softmax(-1).numpy(), sm, rtol=1e-5, atol=1e-7),
+          np.allclose(t.log_softmax(-1).numpy(), np.log(sm), rtol=1e-5, atol=1e-5),
+          np.allclose(t.layernorm().numpy(), ln, rtol=1e-4, atol=1e-4))
 print("device", Device["CUDA"], f"{time.perf_counter() - t0:.2f}s")
 PY
 fi
@@ -110,7 +118,7 @@ a16, b16 = (Tensor.rand(n, n, device="CUDA").cast(dtypes.float16).realize() for 
 x, y = (Tensor.rand(big, device="CUDA").realize() for _ in range(2))
 s = Tensor.rand(n, n, device="CUDA").realize()
 for name, call in [("matmul", lambda: a16 @ b16), ("a*b+a", lambda: x * y + x), ("sum", lambda: x.sum()),
-                   ("softmax", lambda: s.softmax(-1))]:
+                   ("softmax", lambda: s.softmax(-1)), ("layernorm", lambda: s.layernorm())]:
     for k in range(3):
         if k == 2:
             print(f"-- {name}", flush=True)
