@@ -252,7 +252,7 @@ def test_thread_count_and_vector_width_sources():
 
 def test_gpu_matmul_uses_the_tensor_core_unless_disabled():
     opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
-    assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL) for o in opts[1:])
+    assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.STAGE) for o in opts[1:])
     with Context(USE_TC=0):
         opts = opts_of(matmul_ast(16, 16, 16), PythonRenderer())
     assert OptOps.TC not in [o.op for o in opts] and any(o.op is OptOps.LOCAL for o in opts)

@@ -6,7 +6,9 @@ depends only on what the renderer declares:
 **GPU-style renderers** (``has_local``), measured on an H100 (``plugins/tinycore_cuda/bench/results/``):
 
 1. a declared tensor core (``TC``) on a matmul-shaped reduce whose dtypes fit (``USE_TC=0`` turns this off), then a
-   block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 4 x 8 tiles, 2 x 2 warps);
+   block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 8 x 4 tiles, 2 x 2 warps; the
+   N tiles interleaved by ``TC`` itself), then both operands through shared memory, `TC_STAGE` k steps per stage
+   (``STAGE``);
 2. a fused row kernel (softmax, layernorm: reduces over the row of the output's last axis, broadcast back over
    it; `tinycore.renderer.Renderer.row_split`) runs each row in one work-group: every work-item loads its share of
    the row once (vectors, neighbours on neighbouring vectors) and keeps it in registers for every pass, and each
@@ -488,13 +490,17 @@ def _cpu_threads(k: Kernel, prefer: UOp | None = None) -> None:
 _GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
 _GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
 _GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
-TC_BLOCK = (4, 8, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
+TC_BLOCK = (8, 4, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
+TC_STAGE = 2  # k steps of the tensor core per shared-memory stage (`OptOps.STAGE`; 0: operands from global memory)
 
 
 def _gpu(k: Kernel) -> None:
     if USE_TC and k.renderer is not None and k.renderer.tensor_cores and k.tc_candidates():
-        if _try(k, Opt(OptOps.TC, 0, None)):
+        # the block's tiles along N come with the tensor core, interleaved (vector loads of B, stores of C)
+        if _try(k, Opt(OptOps.TC, 0, (None, TC_BLOCK[0]))) or _try(k, Opt(OptOps.TC, 0, None)):
             _gpu_tc_blocks(k)
+            if TC_STAGE and k.renderer.has_shared and not _try(k, Opt(OptOps.STAGE, None, TC_STAGE)):
+                _try(k, Opt(OptOps.STAGE, None, 1))  # a k loop too short for TC_STAGE steps per stage
             return
     if k.reduce_axes and _gpu_row_kernel(k):
         return
@@ -582,13 +588,16 @@ def _gpu_second_vector(k: Kernel) -> None:
 
 def _gpu_tc_blocks(k: Kernel) -> None:
     """After ``TC``: each warp computes a block of instruction tiles (its A fragments reused across the block's
-    columns, its B fragments across its rows), and a few warps share a work-group (their loads meet in L1)."""
+    columns, its B fragments across its rows; the N tiles come with ``TC`` itself, interleaved, when N divides),
+    and a few warps share a work-group (their loads meet in L1)."""
     n_up, m_up, n_warps, m_warps = TC_BLOCK
     axes = list(k.output_axes)
     if len(axes) < 2:
         return
     m_axis, n_axis = axes[-2], axes[-1]
-    for rng, amounts in ((n_axis, (n_up, 2)), (m_axis, (m_up, 2))):
+    tc_arg = k.applied_opts[-1].arg
+    n_tiled = isinstance(tc_arg, tuple) and tc_arg[1] > 1  # the N tiles came with the tensor core
+    for rng, amounts in ([] if n_tiled else [(n_axis, (n_up, 2))]) + [(m_axis, (m_up, 2))]:
         amt = _divisor(_size(rng), [a for a in amounts if a > 1])
         idx = _axis_index(k.output_axes, rng)
         if amt is not None and idx is not None:

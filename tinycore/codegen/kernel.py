@@ -54,7 +54,18 @@ Which axis `Opt.axis` names:
   right inside it (a new ``LOOP`` axis, last in `Kernel.output_axes`); with ``SWAP`` other loops move between the
   two: cache blocking (a block of rows stays in cache while the column tiles sweep over it);
 - ``TC``: ``axis`` picks one of `Kernel.tc_candidates` (a matmul-shaped reduce and its ``(i, j, k)`` axes), ``arg``
-  the index of the tensor core in ``renderer.tensor_cores`` (None: the first that fits the dtypes);
+  the index of the tensor core in ``renderer.tensor_cores`` (None: the first that fits the dtypes), or a pair
+  ``(index, tiles)``: each warp also computes `tiles` instruction tiles side by side along ``j`` (an ``UPCAST``
+  made with the tensor core), interleaved column by column: the tile number is the fastest part of ``j``, so the
+  values one lane holds for the same k in all its tiles are neighbours in memory (one vector load of B, one
+  vector store of C) where tile after tile they would be a tile's width apart;
+- ``STAGE``: no axis; ``arg`` k steps per stage (None: 1). After ``TC`` (and the ``UPCAST``/``LOCAL`` splits of its
+  block), the tensor core's k loop is split into stages of `arg` instruction steps, and each stage's tiles of both
+  operands go through shared memory: the work-group's threads copy them from global memory with coalesced 8-byte
+  loads (one ``BARRIER`` before the copy, so no thread still reads the previous stage, and one after it), and the
+  warps read their fragments from there instead of each gathering them from global memory. Rows are padded so a
+  warp's 8-byte fragment loads hit every bank once per half-warp (A's rows 32 or 96 bytes apart modulo 128, B's
+  by 4 elements: rows 4 apart land 32 bytes apart);
 - ``NOLOCALS``: no axis; no local ids from now on.
 
 ``arg`` of a split is the amount (0 means the whole axis).
@@ -132,6 +143,7 @@ class OptOps(Enum):
     OVERLAP = auto()
     SWAP = auto()
     TILE = auto()
+    STAGE = auto()
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"
@@ -235,6 +247,10 @@ class Kernel:
         self._next_axis = max(ids, default=-1) + 1
         self._next_lane_axis = TC_LANE_AXIS
         self.tc_elements: dict[int, int] = {}  # axis id -> size of a tensor core's per-thread element axes
+        # after TC: SINK(A's row, A's k, B's k, B's column) as expressions of the current axes (kept up to date by
+        # `shift_to`; None once another kind of opt rewrote the graph) and (A load, B load, i, j, k) as built
+        self._tc_coords: UOp | None = None
+        self._tc_operands: tuple[UOp, ...] = ()
         self.global_size: tuple[sint, ...] = (1, 1, 1)
         self.local_size: tuple[sint, ...] = (1, 1, 1)
 
@@ -339,7 +355,10 @@ class Kernel:
         split = (new, size // amount) if top else (outer, amount)
         if size // amount == 1:
             expr, kept = new, (new,)
-        self.sink = substitute_ranges(self.sink, {rng: (expr, kept)}, {rng: split} if size // amount > 1 else None)
+        splits = {rng: split} if size // amount > 1 else None
+        self.sink = substitute_ranges(self.sink, {rng: (expr, kept)}, splits)
+        if self._tc_coords is not None:
+            self._tc_coords = substitute_ranges(self._tc_coords, {rng: (expr, kept)}, splits)
         return outer, new
 
     def _pick(self, axes: list[UOp], opt: Opt, kind: str) -> UOp:
@@ -358,12 +377,14 @@ class Kernel:
 
     def apply_opt(self, opt: Opt) -> None:
         """Apply one optimization (raises `KernelOptError` when it doesn't apply; the kernel is then unchanged)."""
-        saved = (self.sink, self.use_locals, self._next_axis, self._next_lane_axis)
+        saved = (self.sink, self.use_locals, self._next_axis, self._next_lane_axis, self._tc_coords)
         try:
             self._apply(opt)
         except KernelOptError:
-            self.sink, self.use_locals, self._next_axis, self._next_lane_axis = saved
+            self.sink, self.use_locals, self._next_axis, self._next_lane_axis, self._tc_coords = saved
             raise
+        if opt.op not in (OptOps.TC, OptOps.UPCAST, OptOps.LOCAL, OptOps.UNROLL, OptOps.STAGE, OptOps.NOLOCALS):
+            self._tc_coords = None  # the opt rewrote the graph in a way `shift_to` doesn't track
         self.applied_opts.append(opt)
 
     def _apply(self, opt: Opt) -> None:  # noqa: C901 (one branch per op)
@@ -422,6 +443,8 @@ class Kernel:
             self.shift_to(rng, amt, rng.arg[1])
         elif opt.op is OptOps.TC:
             self._tensor_core(opt)
+        elif opt.op is OptOps.STAGE:
+            self._stage(opt)
         else:
             raise KernelOptError(f"{opt.op} is not implemented")
 
@@ -573,7 +596,9 @@ class Kernel:
         _check(self.use_locals and ren.has_local, f"{opt}: tensor cores need local ids")
         _check(ren.supports_float4, f"{opt}: tensor cores need vector support")
         _check(not self.axes_of(AxisType.LOCAL, AxisType.GROUP_REDUCE), f"{opt}: apply TC before LOCAL/GROUP")
-        choices = list(range(len(ren.tensor_cores))) if opt.arg in (None, -1) else [opt.arg]
+        index, tiles = opt.arg if isinstance(opt.arg, tuple) else (opt.arg, 1)
+        _check(isinstance(tiles, int) and 1 <= tiles <= 16, f"{opt}: tiles along j must be 1..16")
+        choices = list(range(len(ren.tensor_cores))) if index in (None, -1) else [index]
         _check(all(isinstance(c, int) and 0 <= c < len(ren.tensor_cores) for c in choices), f"{opt}: no such TC")
         for choice in choices:
             tc = ren.tensor_cores[choice]
@@ -583,14 +608,14 @@ class Kernel:
             cand = cands[opt.axis]
             n, m, kk = tc.dims
             si, sj, sk = _size(cand.i), _size(cand.j), _size(cand.k)
-            if not all(isinstance(s, int) for s in (si, sj, sk)) or si % m or sj % n or sk % kk:  # type: ignore[operator]
+            if not all(isinstance(s, int) for s in (si, sj, sk)) or si % m or sj % (n * tiles) or sk % kk:  # type: ignore[operator]
                 continue
             self._check_local_size(tc.threads)
-            self._build_tc(cand, tc)
+            self._build_tc(cand, tc, tiles)
             return
         raise KernelOptError(f"{opt}: no tensor core fits this kernel (dtypes, matmul shape or divisibility)")
 
-    def _build_tc(self, cand: TCCandidate, tc: TensorCore) -> None:
+    def _build_tc(self, cand: TCCandidate, tc: TensorCore, tiles: int = 1) -> None:
         n, m, kk = tc.dims
         ea, eb, ec = tc.elements_per_thread
 
@@ -598,7 +623,13 @@ class Kernel:
             size = _size(r)
             return UOp.range(size // amount, r.arg[0], r.arg[1]) if size // amount > 1 else UOp.const(r.dtype, 0)  # type: ignore[operator]
 
-        i_o, j_o, k_o = part(cand.i, m), part(cand.j, n), part(cand.k, kk)
+        i_o, j_o, k_o = part(cand.i, m), part(cand.j, n * tiles), part(cand.k, kk)
+        # the tiles along j: column c of tile u is j = j_o * n * tiles + c * tiles + u (see `OptOps.TC`)
+        tile = UOp.range(tiles, self.child_axis_id(cand.j), AxisType.UPCAST) if tiles > 1 else None
+
+        def j_of(col: UOp) -> UOp:
+            return j_o * n + col if tile is None else j_o * (n * tiles) + col * tiles + tile
+
         lane = UOp.range(tc.threads, self._next_lane_axis, AxisType.LOCAL)
         self._next_lane_axis += 1
         elems = [UOp.range(cnt, self.new_axis_id(), AxisType.UPCAST) if cnt > 1 else None for cnt in (ea, eb, ec)]
@@ -609,12 +640,12 @@ class Kernel:
             table = {(t, e): layout[t][e][dim] for t in range(tc.threads) for e in range(len(layout[0]))}
             return _bit_affine(table, tc.threads, len(layout[0]), lane, elems[which])
 
-        a_sub = _strip_cast(cand.a, cand.din).substitute(
-            {cand.i: i_o * m + coord(0, 0), cand.k: k_o * kk + coord(0, 1)}
-        )
-        b_sub = _strip_cast(cand.b, cand.din).substitute(
-            {cand.k: k_o * kk + coord(1, 0), cand.j: j_o * n + coord(1, 1)}
-        )
+        a_in, b_in = _strip_cast(cand.a, cand.din), _strip_cast(cand.b, cand.din)
+        i_a, k_a, k_b, j_b = i_o * m + coord(0, 0), k_o * kk + coord(0, 1), k_o * kk + coord(1, 0), j_of(coord(1, 1))
+        a_sub = a_in.substitute({cand.i: i_a, cand.k: k_a})
+        b_sub = b_in.substitute({cand.k: k_b, cand.j: j_b})
+        self._tc_coords = UOp(Ops.SINK, dtypes.void, (i_a, k_a, k_b, j_b))
+        self._tc_operands = (a_in, b_in, cand.i, cand.j, cand.k)
 
         def contract(x: UOp, e: UOp | None, cnt: int) -> UOp:
             return x if e is None else UOp(Ops.CONTRACT, x.dtype.vec(cnt), (x,), ((e.arg[0], cnt),))
@@ -627,10 +658,78 @@ class Kernel:
         red = UOp(Ops.REDUCE, wmma.dtype, (wmma, *loops), Ops.ADD) if loops else wmma
         result = red if elems[2] is None else UOp(Ops.UNROLL, dout, (red,), ((elems[2].arg[0], ec),))
         sink = self.sink.substitute({cand.red: result})
-        repl: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {}
-        for r, outer, amount, dim in ((cand.i, i_o, m, 0), (cand.j, j_o, n, 1)):
-            repl[r] = (outer * amount + coord(2, dim), (outer,) if outer.op is Ops.RANGE else ())
+        repl: dict[UOp, tuple[UOp, tuple[UOp, ...]]] = {
+            cand.i: (i_o * m + coord(2, 0), (i_o,) if i_o.op is Ops.RANGE else ()),
+            cand.j: (j_of(coord(2, 1)), tuple(r for r in (j_o, tile) if r is not None and r.op is Ops.RANGE)),
+        }
         self.sink = substitute_ranges(sink, repl)
+
+    # ----- STAGE: tensor-core operands through shared memory
+
+    def _stage(self, opt: Opt) -> None:
+        ren = self.renderer
+        _check(ren is not None and ren.has_shared, f"{opt}: the device has no shared memory")
+        assert ren is not None
+        _check(self._tc_coords is not None, f"{opt}: needs TC, then only UPCAST/LOCAL splits of its block")
+        wmmas = [u for u in self.sink.toposort() if u.op is Ops.WMMA]
+        _check(len(wmmas) == 1 and not any(u.op is Ops.DEFINE_LOCAL for u in self.sink.toposort()), f"{opt}: once")
+        steps = 1 if opt.arg is None else opt.arg
+        _check(isinstance(steps, int) and steps >= 1, f"{opt}: k steps per stage must be a positive int")
+        k_loop = [r for r in self.reduce_axes if r in self._tc_coords.src[1].toposort()]
+        stage_steps: UOp | None = None
+        if steps > 1:
+            _check(len(k_loop) == 1 and _size(k_loop[0]) % steps == 0, f"{opt}: the k loop doesn't split by {steps}")
+            _, stage_steps = self.shift_to(k_loop[0], steps, AxisType.REDUCE)
+            wmmas = [u for u in self.sink.toposort() if u.op is Ops.WMMA]
+        assert self._tc_coords is not None
+        locals_ = sorted(self.axes_of(AxisType.LOCAL), key=range_key)
+        threads = prod(_size(r) for r in locals_)
+        tid = _linear(locals_)  # the tensor core's lane axis sorts last: neighbouring lanes, neighbouring chunks
+        i_a, k_a, k_b, j_b = self._tc_coords.src
+        a_in, b_in, ci, cj, ck = self._tc_operands
+
+        def in_stage(r: UOp) -> bool:  # the ranges that move within one stage's tiles
+            return r is stage_steps or r.arg[1] in (AxisType.LOCAL, AxisType.UPCAST)
+
+        def zero(e: UOp, inside: bool) -> UOp:
+            rngs = [r for r in e.toposort() if r.op is Ops.RANGE and in_stage(r) == inside]
+            return e.substitute({r: r.const_like(0) for r in rngs})
+
+        lanes, fills, reads = 4, [], {}
+        for n, (loaded, rows, cols, r_axis, c_axis) in enumerate(((a_in, i_a, k_a, ci, ck), (b_in, k_b, j_b, ck, cj))):
+            index = loaded.src[0] if loaded.op is Ops.LOAD else None
+            _check(
+                index is not None and index.op is Ops.INDEX and len(index.src) == 2
+                and index.src[0].op is Ops.DEFINE_GLOBAL,
+                f"{opt}: an operand that is not a plain load of a buffer",
+            )  # fmt: skip
+            assert index is not None
+            r_in, c_in = zero(rows, False).simplify(), zero(cols, False).simplify()
+            height, width = int(r_in.vmax) + 1, int(c_in.vmax) + 1
+            _check(width % lanes == 0 and height * width // lanes % threads == 0, f"{opt}: tile {height}x{width}")
+            dtype = loaded.dtype
+            # A: a half-warp's 8-byte loads read 4 neighbouring rows; B: 4 rows 4 apart. Rows 32 or 96 bytes apart
+            # modulo 128 put them in different banks (no such padding: unpadded, bank conflicts cost only time)
+            apart = dtype.itemsize * (1 if n == 0 else 4)
+            stride = next((w for w in range(width, width + 64, lanes) if w * apart % 128 in (32, 96)), width)
+            smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(height * stride, AddrSpace.LOCAL), (), 64 + n)
+            r0, c0 = zero(rows, True).simplify(), zero(cols, True).simplify()
+            per_row = width // lanes
+            for c in range(height * width // lanes // threads):
+                chunk = tid + c * threads
+                row, col = chunk // per_row, chunk % per_row * lanes
+                address = index.src[1].substitute({r_axis: r0 + row, c_axis: c0 + col}).simplify()
+                value = UOp(Ops.LOAD, dtype.vec(lanes), (index.src[0].index(address),))
+                fills.append((smem, (row * stride + col).simplify(), value))
+            current = wmmas[0].src[n].src[0] if wmmas[0].src[n].op is Ops.CONTRACT else wmmas[0].src[n]
+            _check(current.op is Ops.LOAD, f"{opt}: the tensor core's operand {'AB'[n]} is not a load")
+            reads[current] = (smem, (r_in * stride + c_in).simplify())
+        copied = UOp(Ops.BARRIER, dtypes.void, tuple(v for _, _, v in fills))  # the previous step's reads are done
+        stores = tuple(smem.after(copied).index(i).store(v) for smem, i, v in fills)
+        ready = UOp(Ops.BARRIER, dtypes.void, stores)
+        self.sink = self.sink.substitute(
+            {ld: smem.after(ready).index(i).load(dtype=ld.dtype) for ld, (smem, i) in reads.items()}
+        )
 
     # ----- turning axis types into code
 

@@ -72,7 +72,7 @@ def test_the_heuristics_pick_the_tensor_core_for_a_half_matmul() -> None:
     for arch in ("gfx1100", "gfx942"):
         item, _ = matmul_case(32, 32, 32, dtypes.float16)
         opts = hand_coded_optimizations(get_kernel(item.ast, AMDRenderer(arch)))
-        assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL) for o in opts[1:])
+        assert opts[0].op is OptOps.TC and all(o.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.STAGE) for o in opts[1:])
         program = get_program(item.ast, AMDRenderer(arch))  # the default: the heuristics
         assert any(u.op.name == "WMMA" for u in program.uops)
     item, _ = matmul_case(32, 32, 32, dtypes.float32)  # float32 inputs: no tensor core takes them

@@ -16,9 +16,14 @@ from tinycore.device import Buffer, Device
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 
-# (N tiles, M tiles) per warp, then (N, M) warps per work-group
-BLOCKINGS = [(1, 1, 1, 1), (2, 2, 1, 1), (4, 4, 1, 1), (4, 4, 2, 2), (4, 4, 4, 2), (4, 4, 2, 4), (4, 4, 4, 4),
-             (8, 4, 2, 2), (4, 8, 2, 2), (8, 4, 2, 4), (2, 8, 4, 2)]  # fmt: skip
+# (N tiles, M tiles) per warp, then (N, M) warps per work-group; the N tiles interleaved with the tensor core
+# (`OptOps.TC` with (index, tiles): vector loads of B) or, marked "plain", an UPCAST after it (tile after tile);
+# "stage", "stageN": then both operands through shared memory, N k steps per stage (`OptOps.STAGE`)
+BLOCKINGS = [(4, 8, 2, 2, "plain"), (4, 8, 2, 2), (4, 4, 4, 2), (8, 4, 2, 2, "stage"), (8, 4, 2, 2, "stage2"),
+             (8, 4, 2, 2, "stage4"), (4, 4, 4, 4, "stage"), (4, 4, 4, 4, "stage2"), (4, 4, 4, 4, "stage4"),
+             (4, 8, 2, 2, "stage2"), (4, 8, 2, 2, "stage4"), (4, 4, 4, 2, "stage2"), (4, 4, 4, 2, "stage4"),
+             (8, 4, 4, 2, "stage2"), (8, 4, 2, 4, "stage2"), (4, 4, 2, 2, "stage2"),
+             (8, 4, 1, 4, "stage2")]  # fmt: skip
 
 
 def main() -> None:
@@ -41,12 +46,15 @@ def main() -> None:
         buf = Buffer(dev.device, n * n * 2, dtypes.uint8).allocate()
         buf.copyin(memoryview(np.random.default_rng(i).random(n * n).astype(np.float16)).cast("B"))
         bufs.append(buf)
-    for n_up, m_up, n_w, m_w in BLOCKINGS:
-        opts = [Opt(OptOps.TC, 0, 0)]
-        opts += [Opt(OptOps.UPCAST, 1, n_up)] if n_up > 1 else []
+    for n_up, m_up, n_w, m_w, *kind in BLOCKINGS:
+        plain = kind == ["plain"]
+        opts = [Opt(OptOps.TC, 0, 0)] if plain else [Opt(OptOps.TC, 0, (0, n_up))]
+        opts += [Opt(OptOps.UPCAST, 1, n_up)] if n_up > 1 and plain else []
         opts += [Opt(OptOps.UPCAST, 0, m_up)] if m_up > 1 else []
         opts += [Opt(OptOps.LOCAL, 1, n_w)] if n_w > 1 else []
         opts += [Opt(OptOps.LOCAL, 0, m_w)] if m_w > 1 else []
+        if kind and kind[0].startswith("stage"):
+            opts.append(Opt(OptOps.STAGE, None, int(kind[0][5:] or 1)))
         try:
             program = get_program(ast, dev.renderer, opts)
             src = dev.renderer.render(program.uops, "k_sweep")
@@ -54,7 +62,8 @@ def main() -> None:
             times = [prg(*(b.opaque for b in bufs), global_size=program.global_size, local_size=program.local_size,
                          wait=True) for _ in range(7)]  # fmt: skip
             t = statistics.median(times[2:])
-            print(f"TC_BLOCK={(n_up, m_up, n_w, m_w)}: {2 * n**3 / t / 1e12:8.1f} TFLOP/s  local {program.local_size}")
+            print(f"TC_BLOCK={(n_up, m_up, n_w, m_w)} {''.join(kind):5}: {2 * n**3 / t / 1e12:8.1f} TFLOP/s  "
+                  f"local {program.local_size}")  # fmt: skip
         except Exception as error:
             print(f"TC_BLOCK={(n_up, m_up, n_w, m_w)}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
 

@@ -29,10 +29,31 @@ def test_the_layouts_cover_each_operand_once_per_element() -> None:
     fp16, bf16 = CUDA_TENSOR_CORES
     assert fp16.dims == (8, 16, 16) and fp16.threads == 32 and fp16.elements_per_thread == (8, 4, 4)
     assert (fp16.dtype_in, bf16.dtype_in, fp16.dtype_out) == (dtypes.float16, dtypes.bfloat16, dtypes.float32)
-    # lane 5 = group 1, thread 1 (PTX ISA's figures): a0 at (1, 2), a7 at (9, 11); b3 at (11, 1); c2 at (9, 2)
+    # lane 5 = group 1, thread 1: PTX ISA's rows and n; k renumbered so the thread's k are 4..7 (see below)
     layout_a, layout_b, layout_c = fp16.swizzle
-    assert layout_a[5][0] == (1, 2) and layout_a[5][7] == (9, 11) and layout_b[5][3] == (11, 1)
+    assert layout_a[5][0] == (1, 4) and layout_a[5][7] == (9, 7) and layout_b[5][3] == (7, 1)
     assert layout_c[5][2] == (9, 2)
+
+
+def test_the_k_renumbering_is_one_bijection_shared_by_a_and_b() -> None:
+    """PTX pairs a's and b's registers by logical k (a: 2t + (p & 1) + 8 * (p >> 2) for register element p; b:
+    2t + (q & 1) + 8 * (q >> 1)); the layouts may store any k there as long as A and B agree lane by lane, and
+    each thread's four k in a row of A are neighbours in memory (one 8-byte load)."""
+    from tinycore_cuda.renderer import _MMA_A_PAIRS
+
+    layout_a, layout_b, _ = CUDA_TENSOR_CORES[0].swizzle
+    for lane in range(32):
+        t = lane & 3
+        ptx_order = [e for pair in _MMA_A_PAIRS for e in pair]  # our element at each PTX register element
+        physical: dict[int, int] = {}
+        for p, element in enumerate(ptx_order):
+            row, k = layout_a[lane][element]
+            assert row == (lane >> 2) + 8 * ((p >> 1) & 1)  # a0a1 row g, a2a3 row g+8, a4a5 g, a6a7 g+8
+            assert physical.setdefault(2 * t + (p & 1) + 8 * (p >> 2), k) == k
+        for q in range(4):
+            k, _ = layout_b[lane][q]
+            assert physical[2 * t + (q & 1) + 8 * (q >> 1)] == k
+        assert sorted(physical.values()) == [4 * t + i for i in range(4)]
 
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
@@ -46,11 +67,35 @@ def test_the_tensor_core_kernel_runs_right_on_the_reference_interpreter(shape, d
 
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", [2, 4])
+def test_tiles_interleaved_along_n_run_right_and_load_b_as_vectors(tiles, din) -> None:
+    # TC with (index, tiles): column c of tile u is n = c * tiles + u, so a lane's B values for one k are neighbours
+    item, want = matmul_case(32, 32, 8 * tiles * 2, din)
+    opts = [Opt(OptOps.TC, 0, (0 if din == dtypes.float16 else 1, tiles))]
+    program = get_program(item.ast, PythonWithCUDATensorCores(), opts)
+    assert sum(u.op.name == "WMMA" for u in program.uops) == tiles
+    out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+    renderer = CUDARenderer("sm_90")
+    src = renderer.render(get_program(item.ast, renderer, opts).uops, "k_tiles")
+    stem = {dtypes.float16: "half", dtypes.bfloat16: "tc_bf16_"}[din]
+    assert src.count(f"(const {stem}{tiles}*)((data2") == 4  # B: one vector of all tiles per k row
+    assert src.count(f"(const {stem}4*)((data1") == 2  # A: one 8-byte row piece per row (renumbered k)
+
+
+@pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
 def test_the_heuristics_block_tensor_core_tiles_per_warp_and_warps_per_group(din) -> None:
-    # M = 256, N = 64: each warp takes 8 x 4 instruction tiles (M x N), 2 x 2 warps a work-group (heuristic.TC_BLOCK)
-    item, want = matmul_case(256, 16, 64, din)
+    # heuristic.TC_BLOCK: each warp takes 4 x 8 instruction tiles (M x N), 2 x 2 warps a work-group: 128 x 128; then
+    # TC_STAGE k steps per shared-memory stage (K = 64: four steps, two stages)
+    from tinycore.codegen.heuristic import TC_BLOCK, TC_STAGE
+
+    n_up, m_up, n_warps, m_warps = TC_BLOCK
+    item, want = matmul_case(16 * m_up * m_warps, 64, 8 * n_up * n_warps, din)
     program = get_program(item.ast, PythonWithCUDATensorCores())
-    assert sum(u.op.name == "WMMA" for u in program.uops) == 32 and program.local_size == (32, 2, 2)
+    assert sum(u.op.name == "WMMA" for u in program.uops) == n_up * m_up and program.local_size == (32, 2, 2)
+    shared = [u for u in program.uops if u.op.name == "DEFINE_LOCAL"]
+    assert len(shared) == 2 and sum(u.op.name == "BARRIER" for u in program.uops) == 2  # A and B, staged
+    assert [r.src[0].arg for r in program.uops if r.op.name == "RANGE"] == [64 // 16 // TC_STAGE, TC_STAGE]
     out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 

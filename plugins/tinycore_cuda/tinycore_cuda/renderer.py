@@ -7,9 +7,10 @@ flags, and pass NVRTC the ``include`` folder of the CUDA runtime headers (``cuda
 built into NVRTC). No GPU is needed to render.
 
 Vector accesses use CUDA's built-in vector types (``float4``, ``uint2``, ``longlong2``...) through a cast pointer,
-so only where the 16-byte-or-less vector is provably aligned (`CDialect.vector_alignment`). half has only ``half2``
-(``cuda_fp16.h``), bfloat16 and ``bool`` have none (lane by lane), 8-byte types use 2-lane pieces (``double4`` and
-``longlong4`` are deprecated in CUDA 13). Tensor cores: ``mma.sync`` m16n8k16 (`CUDA_TENSOR_CORES`).
+so only where the 16-byte-or-less vector is provably aligned (`CDialect.vector_alignment`). half has ``half2``
+(``cuda_fp16.h``) and the prelude's 8-byte ``half4``; bfloat16 the prelude's ``tc_bf16_2``/``tc_bf16_4``; ``bool``
+has none (lane by lane); 8-byte types use 2-lane pieces (``double4`` and ``longlong4`` are deprecated in CUDA 13).
+Tensor cores: ``mma.sync`` m16n8k16 (`CUDA_TENSOR_CORES`).
 
 Shared memory: a kernel whose shared arrays fit in `STATIC_SHARED_MAX` (48 KB) declares them ``__shared__``; a
 bigger one carves them out of one ``extern __shared__`` (dynamic) array, 16-byte aligned each, and says how many
@@ -63,6 +64,21 @@ template <typename T> static __device__ __forceinline__ T tc_from_float(float x)
 template <> __device__ __forceinline__ half tc_from_float<half>(float x) { return __float2half(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 tc_from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16(x);
+}
+// 8-byte vectors of 16-bit floats (cuda_fp16.h has half2 only; bfloat16 gets 2 and 4 lanes): one 64-bit access.
+// Not static: an unused static function is a warning nvcc's -Werror builds refuse.
+struct __align__(8) half4 { half x, y, z, w; };
+__device__ __forceinline__ half4 make_half4(half x, half y, half z, half w) { half4 v = {x, y, z, w}; return v; }
+struct __align__(4) tc_bf16_2 { __nv_bfloat16 x, y; };
+__device__ __forceinline__ tc_bf16_2 make_tc_bf16_2(__nv_bfloat16 x, __nv_bfloat16 y) {
+  tc_bf16_2 v = {x, y};
+  return v;
+}
+struct __align__(8) tc_bf16_4 { __nv_bfloat16 x, y, z, w; };
+__device__ __forceinline__ tc_bf16_4 make_tc_bf16_4(__nv_bfloat16 x, __nv_bfloat16 y, __nv_bfloat16 z,
+                                                    __nv_bfloat16 w) {
+  tc_bf16_4 v = {x, y, z, w};
+  return v;
 }
 template <typename T, typename F> static __device__ __forceinline__ T tc_bitcast(F x) {
   static_assert(sizeof(T) == sizeof(F), "a bitcast keeps the size");
@@ -158,8 +174,8 @@ CUDA_C = CDialect(
     vector_widths=(2, 4),
     vector_widths_by_dtype={
         dtypes.bool: (),
-        dtypes.float16: (2,),
-        dtypes.bfloat16: (),
+        dtypes.float16: (2, 4),
+        dtypes.bfloat16: (2, 4),
         **{d: (2,) for d in _EIGHT_BYTE},
     },
     vector_alignment=True,
@@ -170,6 +186,7 @@ CUDA_C = CDialect(
         dtypes.uint32: "uint",
         dtypes.int64: "longlong",
         dtypes.uint64: "ulonglong",
+        dtypes.bfloat16: "tc_bf16_",
     },
     vector_make="make_{type}({lanes})",
     vector_load="*((const {type}*)({ptr}))",
@@ -198,17 +215,25 @@ CUDA_C = CDialect(
 
 
 # mma.sync.aligned.m16n8k16 (sm_80+), fp32 accumulate: the lane layouts of PTX ISA's "Matrix Fragments for
-# mma.m16n8k16 with floating point type". In each warp, lane = 4 * group + thread_in_group.
+# mma.m16n8k16 with floating point type", with one liberty: the 16 values of k are renumbered (the same way for A
+# and B, so the products the instruction pairs are unchanged) such that the four k a thread holds in a row of A,
+# logically 2t, 2t+1, 2t+8, 2t+9, are the neighbours 4t..4t+3 in memory: one 8-byte load per row instead of two
+# 4-byte ones. A's elements are numbered (pair bit, k half, row half), so elements 0-3 are one contiguous row
+# piece; `render_mma` packs them into the instruction's register order. In each warp, lane = 4 * group + t.
 def _mma_a(lane: int, i: int) -> tuple[int, int]:  # A is 16 x 16 (rows m, cols k), 8 halves per lane
-    return (lane >> 2) + 8 * ((i >> 1) & 1), 2 * (lane & 3) + (i & 1) + 8 * (i >> 2)
+    return (lane >> 2) + 8 * (i >> 2), 4 * (lane & 3) + (i & 1) + 2 * ((i >> 1) & 1)
 
 
 def _mma_b(lane: int, i: int) -> tuple[int, int]:  # B is 16 x 8 (rows k, cols n), 4 halves per lane
-    return 2 * (lane & 3) + (i & 1) + 8 * (i >> 1), lane >> 2
+    return 4 * (lane & 3) + (i & 1) + 2 * (i >> 1), lane >> 2
 
 
 def _mma_c(lane: int, i: int) -> tuple[int, int]:  # C and D are 16 x 8 (rows m, cols n), 4 floats per lane
     return (lane >> 2) + 8 * (i >> 1), 2 * (lane & 3) + (i & 1)
+
+
+# the instruction's A registers a0a1, a2a3, a4a5, a6a7 (row g / g+8, then k 2t / 2t+8) in `_mma_a`'s numbering
+_MMA_A_PAIRS = ((0, 1), (4, 5), (2, 3), (6, 7))
 
 
 CUDA_TENSOR_CORES = [
@@ -226,7 +251,7 @@ def render_mma(ctx: KernelWriter, x: UOp, a: list[str], b: list[str], c: list[st
         raise ctx.fail(x, "CUDA renders the m16n8k16 fp16/bf16 mma with fp32 accumulate only")
     kind, pack = _MMA_TYPE[din]
     regs = []
-    for pair in [a[k : k + 2] for k in range(0, 8, 2)] + [b[k : k + 2] for k in range(0, 4, 2)]:
+    for pair in [[a[i], a[j]] for i, j in _MMA_A_PAIRS] + [b[k : k + 2] for k in range(0, 4, 2)]:
         reg = ctx.fresh("mma_r")
         ctx.emit(f"unsigned {reg} = tc_bitcast<unsigned>({pack}({pair[0]}, {pair[1]}));")
         regs.append(reg)
