@@ -2,10 +2,11 @@
 # The CUDA device check for a lent GPU machine (issue 20), in one run of about 5 minutes: install from wheels brought
 # along; a smoke test against numpy; `tinycore doctor CUDA`; the plugin's on-GPU tests (dynamic shared memory above
 # 48 KB, warp-shuffle reduces, tensor-core matmuls checked against numpy; no spills and HMMA / LDG.E.128 /
-# SHFL.BFLY in the SASS); bench_cuda.py beside torch on the same GPU; a sweep of tensor-core blockings; where the
-# eager host time goes; examples/char_lm.py training on CUDA; the conformance kit's static and core tiers; the
-# op-parity suites on CUDA. Every step's whole log lands in $OUT (or the folder given as $1); ONLY="smoke bench"
-# runs just those steps (``failing`` and ``cpu_peers`` run only when named).
+# SHFL.BFLY in the SASS); bench_cuda.py beside torch on the same GPU; the bench's MLP against CLANG; a sweep of
+# tensor-core blockings; the device time of each benchmark kernel; where the eager host time goes;
+# examples/char_lm.py training on CUDA; the conformance kit's static and core tiers; the op-parity suites on CUDA.
+# Every step's whole log lands in $OUT (or the folder given as $1), gathered into $OUT/device_check.md at the end;
+# ONLY="smoke bench" runs just those steps (``failing`` and ``cpu_peers`` run only when named).
 #
 # Before the run, on the development machine (the GPU machine reaches no package registry; see PLATFORMS.md):
 #     bash plugins/tinycore_cuda/bench/device_check.sh --fetch      # wheels for Python 3.12 into bench/wheels/
@@ -183,3 +184,9 @@ fi
 fi
 
 step "done"
+# the device tool brings back a handful of files: every step's log, whole, in one (the step logs stay until here so a
+# run cut short still returns them)
+for log in "$out"/*.log "$out"/gpu.txt; do
+    [ -f "$log" ] || continue
+    printf '\n## %s\n```\n' "$(basename "$log")"; tr -d '\000' <"$log"; printf '```\n'
+done >"$out/device_check.md" && rm -f "$out"/*.log

@@ -85,17 +85,18 @@ def test_tiles_interleaved_along_n_run_right_and_load_b_as_vectors(tiles, din) -
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["fp16", "bf16"])
 def test_the_heuristics_block_tensor_core_tiles_per_warp_and_warps_per_group(din) -> None:
-    # heuristic.TC_BLOCK: each warp takes 4 x 8 instruction tiles (M x N), 2 x 2 warps a work-group: 128 x 128; then
-    # TC_STAGE k steps per shared-memory stage (K = 64: four steps, two stages)
+    # heuristic.TC_BLOCK: a block of instruction tiles per warp (M x N), a few warps per work-group; then TC_STAGE k
+    # steps per shared-memory stage (K: two stages)
     from tinycore.codegen.heuristic import TC_BLOCK, TC_STAGE
 
     n_up, m_up, n_warps, m_warps = TC_BLOCK
-    item, want = matmul_case(16 * m_up * m_warps, 64, 8 * n_up * n_warps, din)
+    item, want = matmul_case(16 * m_up * m_warps, 32 * TC_STAGE, 8 * n_up * n_warps, din)
     program = get_program(item.ast, PythonWithCUDATensorCores())
-    assert sum(u.op.name == "WMMA" for u in program.uops) == n_up * m_up and program.local_size == (32, 2, 2)
+    assert sum(u.op.name == "WMMA" for u in program.uops) == n_up * m_up
+    assert program.local_size == (32, n_warps, m_warps)
     shared = [u for u in program.uops if u.op.name == "DEFINE_LOCAL"]
     assert len(shared) == 2 and sum(u.op.name == "BARRIER" for u in program.uops) == 2  # A and B, staged
-    assert [r.src[0].arg for r in program.uops if r.op.name == "RANGE"] == [64 // 16 // TC_STAGE, TC_STAGE]
+    assert [r.src[0].arg for r in program.uops if r.op.name == "RANGE"] == [2, TC_STAGE]
     out = run_on_interpreter(program, item, CUDA_TENSOR_CORES)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
