@@ -4,6 +4,7 @@ the right values."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tinycore.codegen import Opt, OptOps, get_kernel, get_program
 from tinycore.codegen.heuristic import hand_coded_optimizations, thread_count, vector_width
@@ -315,3 +316,19 @@ def test_clang_renderer_gets_cpu_opts(clang):
     threads = getattr(clang.renderer, "threads", 1)
     assert [o.op for o in opts][:2] == [OptOps.UPCAST, OptOps.UPCAST]
     assert any(o.op is OptOps.THREAD for o in opts) == (threads > 1)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_gpu_matmul_staged_through_shared_memory_is_right_for_transposed_operands(trans_a, trans_b):
+    # PYTHON's tensor cores: TC, its block of tiles, then STAGE; a transposed operand's tile rows are strided in
+    # memory, so its stage is copied element by element (4-element chunks read the wrong elements there)
+    from tinycore.tensor import Tensor
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 128)).astype(np.float32)
+    ta = Tensor(np.ascontiguousarray(a.T), device="PYTHON").T if trans_a else Tensor(a, device="PYTHON")
+    tb = Tensor(np.ascontiguousarray(b.T), device="PYTHON").T if trans_b else Tensor(b, device="PYTHON")
+    (item,) = [i for i in (ta @ tb).schedule() if i.ast is not None]
+    opts = opts_of(item.ast, PythonRenderer())
+    assert OptOps.TC in [o.op for o in opts] and OptOps.STAGE in [o.op for o in opts]
+    np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-4)

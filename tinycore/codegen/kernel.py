@@ -61,8 +61,9 @@ Which axis `Opt.axis` names:
   vector store of C) where tile after tile they would be a tile's width apart;
 - ``STAGE``: no axis; ``arg`` k steps per stage (None: 1). After ``TC`` (and the ``UPCAST``/``LOCAL`` splits of its
   block), the tensor core's k loop is split into stages of `arg` instruction steps, and each stage's tiles of both
-  operands go through shared memory: the work-group's threads copy them from global memory with coalesced 8-byte
-  loads (one ``BARRIER`` before the copy, so no thread still reads the previous stage, and one after it), and the
+  operands go through shared memory: the work-group's threads copy them from global memory with coalesced loads of
+  4 elements (one each where an operand is transposed; one ``BARRIER`` before the copy, so no thread still reads
+  the previous stage, and one after it), and the
   warps read their fragments from there instead of each gathering them from global memory. Rows are padded so a
   warp's 8-byte fragment loads hit every bank once per half-warp (A's rows 32 or 96 bytes apart modulo 128, B's
   by 4 elements: rows 4 apart land 32 bytes apart);
@@ -695,7 +696,7 @@ class Kernel:
             rngs = [r for r in e.toposort() if r.op is Ops.RANGE and in_stage(r) == inside]
             return e.substitute({r: r.const_like(0) for r in rngs})
 
-        lanes, fills, reads = 4, [], {}
+        fills, reads = [], {}
         for n, (loaded, rows, cols, r_axis, c_axis) in enumerate(((a_in, i_a, k_a, ci, ck), (b_in, k_b, j_b, ck, cj))):
             index = loaded.src[0] if loaded.op is Ops.LOAD else None
             _check(
@@ -704,6 +705,9 @@ class Kernel:
                 f"{opt}: an operand that is not a plain load of a buffer",
             )  # fmt: skip
             assert index is not None
+            # 4-element chunks where the tile's rows are contiguous in memory, else element by element (a transposed
+            # operand: its rows are strided)
+            lanes = 4 if affine_coefficients(index.src[1], [c_axis]) == [1] else 1
             r_in, c_in = zero(rows, False).simplify(), zero(cols, False).simplify()
             height, width = int(r_in.vmax) + 1, int(c_in.vmax) + 1
             _check(width % lanes == 0 and height * width // lanes % threads == 0, f"{opt}: tile {height}x{width}")
@@ -719,7 +723,7 @@ class Kernel:
                 chunk = tid + c * threads
                 row, col = chunk // per_row, chunk % per_row * lanes
                 address = index.src[1].substitute({r_axis: r0 + row, c_axis: c0 + col}).simplify()
-                value = UOp(Ops.LOAD, dtype.vec(lanes), (index.src[0].index(address),))
+                value = UOp(Ops.LOAD, dtype.vec(lanes) if lanes > 1 else dtype, (index.src[0].index(address),))
                 fills.append((smem, (row * stride + col).simplify(), value))
             current = wmmas[0].src[n].src[0] if wmmas[0].src[n].op is Ops.CONTRACT else wmmas[0].src[n]
             _check(current.op is Ops.LOAD, f"{opt}: the tensor core's operand {'AB'[n]} is not a load")

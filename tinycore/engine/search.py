@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinycore.dtype import PtrDType, dtypes
 from tinycore.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, getenv
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import AxisType, Ops, UOp
 
 if TYPE_CHECKING:
     from tinycore.device import Buffer
@@ -93,6 +93,9 @@ def actions(k: Kernel) -> list[Opt]:
         if ren.has_shared:
             acts += [Opt(OptOps.GROUP, a, amt) for a in range(n_red) for amt in _GROUP_AMOUNTS]
             acts += [Opt(OptOps.GROUPTOP, a, amt) for a in range(n_red) for amt in _GROUPTOP_AMOUNTS]
+            n_local = len(k.axes_of(AxisType.LOCAL))
+            acts += [Opt(OptOps.GROUPLOCAL, a, loc) for a in range(n_red) for loc in range(n_local)]
+            acts += [Opt(OptOps.STAGE, None, steps) for steps in (1, 2, 4)] if ren.tensor_cores else []
         acts += [Opt(OptOps.TC, c, t) for t in range(len(ren.tensor_cores)) for c in range(2)]
         acts.append(Opt(OptOps.NOLOCALS))
     elif ren is not None and not ren.has_local:
