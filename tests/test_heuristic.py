@@ -332,3 +332,18 @@ def test_gpu_matmul_staged_through_shared_memory_is_right_for_transposed_operand
     opts = opts_of(item.ast, PythonRenderer())
     assert OptOps.TC in [o.op for o in opts] and OptOps.STAGE in [o.op for o in opts]
     np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch, m, k, n", [(2, 4, 4, 8), (3, 32, 64, 128)])
+def test_gpu_batched_matmul_on_tensor_cores_is_right(batch, m, k, n):
+    # a batch axis of the left operand: where the heuristics upcast it (small M), STAGE must refuse (one shared tile
+    # per stage can't serve two batch lanes); where it stays a launch axis, the stage's copy follows it
+    from tinycore.tensor import Tensor
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((batch, m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    (item,) = [i for i in (Tensor(x, device="PYTHON") @ Tensor(w, device="PYTHON")).schedule() if i.ast is not None]
+    opts = opts_of(item.ast, PythonRenderer())
+    assert (OptOps.STAGE in [o.op for o in opts]) == (m >= 32)
+    got = (Tensor(x, device="PYTHON") @ Tensor(w, device="PYTHON")).numpy()
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)

@@ -62,8 +62,8 @@ Which axis `Opt.axis` names:
 - ``STAGE``: no axis; ``arg`` k steps per stage (None: 1). After ``TC`` (and the ``UPCAST``/``LOCAL`` splits of its
   block), the tensor core's k loop is split into stages of `arg` instruction steps, and each stage's tiles of both
   operands go through shared memory: the work-group's threads copy them from global memory with coalesced loads of
-  4 elements (one each where an operand is transposed; one ``BARRIER`` before the copy, so no thread still reads
-  the previous stage, and one after it), and the
+  4 elements along the axis contiguous in memory (down the columns of a transposed operand); one ``BARRIER``
+  before the copy, so no thread still reads the previous stage, and one after it; and the
   warps read their fragments from there instead of each gathering them from global memory. Rows are padded so a
   warp's 8-byte fragment loads hit every bank once per half-warp (A's rows 32 or 96 bytes apart modulo 128, B's
   by 4 elements: rows 4 apart land 32 bytes apart);
@@ -248,8 +248,9 @@ class Kernel:
         self._next_axis = max(ids, default=-1) + 1
         self._next_lane_axis = TC_LANE_AXIS
         self.tc_elements: dict[int, int] = {}  # axis id -> size of a tensor core's per-thread element axes
-        # after TC: SINK(A's row, A's k, B's k, B's column) as expressions of the current axes (kept up to date by
-        # `shift_to`; None once another kind of opt rewrote the graph) and (A load, B load, i, j, k) as built
+        # after TC: SINK(A's row, A's k, B's k, B's column, the operands' other axes) as expressions of the current
+        # axes (kept up to date by `shift_to`; None once another kind of opt rewrote the graph) and (A load, B load,
+        # i, j, k, the other axes) as built
         self._tc_coords: UOp | None = None
         self._tc_operands: tuple[UOp, ...] = ()
         self.global_size: tuple[sint, ...] = (1, 1, 1)
@@ -645,8 +646,13 @@ class Kernel:
         i_a, k_a, k_b, j_b = i_o * m + coord(0, 0), k_o * kk + coord(0, 1), k_o * kk + coord(1, 0), j_of(coord(1, 1))
         a_sub = a_in.substitute({cand.i: i_a, cand.k: k_a})
         b_sub = b_in.substitute({cand.k: k_b, cand.j: j_b})
-        self._tc_coords = UOp(Ops.SINK, dtypes.void, (i_a, k_a, k_b, j_b))
-        self._tc_operands = (a_in, b_in, cand.i, cand.j, cand.k)
+        # the operands' other axes (a batch): their current expressions too, for STAGE's copy addresses
+        others = sorted(
+            {r for x in (a_in, b_in) for r in x.toposort() if r.op is Ops.RANGE and r not in (cand.i, cand.j, cand.k)},
+            key=range_key,
+        )
+        self._tc_coords = UOp(Ops.SINK, dtypes.void, (i_a, k_a, k_b, j_b, *others))
+        self._tc_operands = (a_in, b_in, cand.i, cand.j, cand.k, *others)
 
         def contract(x: UOp, e: UOp | None, cnt: int) -> UOp:
             return x if e is None else UOp(Ops.CONTRACT, x.dtype.vec(cnt), (x,), ((e.arg[0], cnt),))
@@ -686,8 +692,8 @@ class Kernel:
         locals_ = sorted(self.axes_of(AxisType.LOCAL), key=range_key)
         threads = prod(_size(r) for r in locals_)
         tid = _linear(locals_)  # the tensor core's lane axis sorts last: neighbouring lanes, neighbouring chunks
-        i_a, k_a, k_b, j_b = self._tc_coords.src
-        a_in, b_in, ci, cj, ck = self._tc_operands
+        i_a, k_a, k_b, j_b, *others_now = self._tc_coords.src
+        a_in, b_in, ci, cj, ck, *others = self._tc_operands
 
         def in_stage(r: UOp) -> bool:  # the ranges that move within one stage's tiles
             return r is stage_steps or r.arg[1] in (AxisType.LOCAL, AxisType.UPCAST)
@@ -696,6 +702,12 @@ class Kernel:
             rngs = [r for r in e.toposort() if r.op is Ops.RANGE and in_stage(r) == inside]
             return e.substitute({r: r.const_like(0) for r in rngs})
 
+        # another axis of an operand (a batch) may pick the block's tile, never vary within it: one tile per stage
+        _check(
+            not any(in_stage(r) for e in others_now for r in e.toposort() if r.op is Ops.RANGE),
+            f"{opt}: an operand varies along another axis within the work-group",
+        )
+        outer_axes = dict(zip(others, others_now))
         fills, reads = [], {}
         for n, (loaded, rows, cols, r_axis, c_axis) in enumerate(((a_in, i_a, k_a, ci, ck), (b_in, k_b, j_b, ck, cj))):
             index = loaded.src[0] if loaded.op is Ops.LOAD else None
@@ -705,26 +717,36 @@ class Kernel:
                 f"{opt}: an operand that is not a plain load of a buffer",
             )  # fmt: skip
             assert index is not None
-            # 4-element chunks where the tile's rows are contiguous in memory, else element by element (a transposed
-            # operand: its rows are strided)
-            lanes = 4 if affine_coefficients(index.src[1], [c_axis]) == [1] else 1
+            # chunks of 4 elements along whichever tile axis is contiguous in memory: along a row (one vector store
+            # into shared memory), or down a column of a transposed operand (four scalar stores); else one by one
+            along_row = affine_coefficients(index.src[1], [c_axis]) == [1]
+            down = not along_row and affine_coefficients(index.src[1], [r_axis]) == [1]
+            lanes = 4 if along_row or down else 1
             r_in, c_in = zero(rows, False).simplify(), zero(cols, False).simplify()
             height, width = int(r_in.vmax) + 1, int(c_in.vmax) + 1
-            _check(width % lanes == 0 and height * width // lanes % threads == 0, f"{opt}: tile {height}x{width}")
+            _check(
+                (height if down else width) % lanes == 0 and height * width // lanes % threads == 0,
+                f"{opt}: tile {height}x{width}",
+            )
             dtype = loaded.dtype
             # A: a half-warp's 8-byte loads read 4 neighbouring rows; B: 4 rows 4 apart. Rows 32 or 96 bytes apart
             # modulo 128 put them in different banks (no such padding: unpadded, bank conflicts cost only time)
             apart = dtype.itemsize * (1 if n == 0 else 4)
-            stride = next((w for w in range(width, width + 64, lanes) if w * apart % 128 in (32, 96)), width)
+            stride = next((w for w in range(width, width + 64, 4) if w * apart % 128 in (32, 96)), width)
             smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(height * stride, AddrSpace.LOCAL), (), 64 + n)
             r0, c0 = zero(rows, True).simplify(), zero(cols, True).simplify()
-            per_row = width // lanes
             for c in range(height * width // lanes // threads):
-                chunk = tid + c * threads
-                row, col = chunk // per_row, chunk % per_row * lanes
-                address = index.src[1].substitute({r_axis: r0 + row, c_axis: c0 + col}).simplify()
+                chunk = tid + c * threads  # neighbouring threads take neighbouring chunks in memory
+                if down:
+                    row, col = chunk % (height // lanes) * lanes, chunk // (height // lanes)
+                else:
+                    row, col = chunk // (width // lanes), chunk % (width // lanes) * lanes
+                address = index.src[1].substitute({**outer_axes, r_axis: r0 + row, c_axis: c0 + col}).simplify()
                 value = UOp(Ops.LOAD, dtype.vec(lanes) if lanes > 1 else dtype, (index.src[0].index(address),))
-                fills.append((smem, (row * stride + col).simplify(), value))
+                if down:
+                    fills += [(smem, ((row + e) * stride + col).simplify(), value.gep(e)) for e in range(lanes)]
+                else:
+                    fills.append((smem, (row * stride + col).simplify(), value))
             current = wmmas[0].src[n].src[0] if wmmas[0].src[n].op is Ops.CONTRACT else wmmas[0].src[n]
             _check(current.op is Ops.LOAD, f"{opt}: the tensor core's operand {'AB'[n]} is not a load")
             reads[current] = (smem, (r_in * stride + c_in).simplify())

@@ -154,6 +154,8 @@ class KernelLowering:
         stash arrays (the registers that exist before expansion)."""
         ren = k.renderer
         group = GroupReduceCtx(
+            # shared arrays after the kernel's own (`OptOps.STAGE`'s)
+            next_local=1 + max((u.arg for u in k.sink.toposort() if u.op is Ops.DEFINE_LOCAL), default=-1),
             next_axis=k._next_axis,  # the kernel's next free axis id: the group reduce's serial loops get new ones
             shared_max=ren.shared_max if ren is not None else 0,
             warp_size=ren.warp_size if ren is not None else 0,

@@ -140,3 +140,23 @@ def test_the_tensor_core_kernel_runs_right_on_the_gpu(din, blocked, gpu, launch)
     inputs = [np.frombuffer(bytearray(b.as_buffer()), np.uint8) for b in item.bufs[1:]]
     out = launch(src, "k_mma", np.zeros(want.size, np.float32), inputs, program.global_size, program.local_size)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_staged_tiles_of_transposed_operands_run_right_and_load_vectors(trans_a, trans_b) -> None:
+    # the heuristics stage both operands through shared memory (STAGE); a transposed operand's tile is copied in
+    # 4-element chunks down its columns (contiguous in memory), so every global load of the copy is a half4
+    from tinycore.tensor import Tensor
+
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((128, 128)).astype(np.float16) for _ in "ab")
+    ta = Tensor(np.ascontiguousarray(a.T), device="PYTHON").T if trans_a else Tensor(a, device="PYTHON")
+    tb = Tensor(np.ascontiguousarray(b.T), device="PYTHON").T if trans_b else Tensor(b, device="PYTHON")
+    (item,) = [i for i in (ta.cast(dtypes.float32) @ tb.cast(dtypes.float32)).schedule() if i.ast is not None]
+    out = run_on_interpreter(get_program(item.ast, PythonWithCUDATensorCores()), item, CUDA_TENSOR_CORES)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    renderer = CUDARenderer("sm_90")
+    src = renderer.render(get_program(item.ast, renderer).uops, "k_staged")
+    assert "__shared__" in src and src.count("(const half4*)((data") == 16  # 16 chunks of 4 per thread per stage
+    assert "(const half*)" not in src and "*(data1+" not in src and "*(data2+" not in src  # no scalar global loads
