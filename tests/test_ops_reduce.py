@@ -396,8 +396,11 @@ def test_sum_16m_keeps_its_kernels() -> None:
     then their total); sizes that don't split into 64 even parts, or above 2**24, are cascaded."""
     assert len(Tensor.empty(2**24).sum().schedule()) == 2
     assert len(Tensor.empty(2**20).sum().schedule()) == 2
-    assert len(Tensor.empty(2**24 - 5).sum().schedule()) > 2
-    assert len(Tensor.empty(2**24 + 64).sum().schedule()) > 2
+    # cascaded: totals of 4096-element chunks first (a multiple of 16 of them; the rest is added in the last kernel)
+    assert [item.bufs[0].size for item in Tensor.empty(2**24 - 5).sum().schedule()] == [4080, 1]
+    assert [item.bufs[0].size for item in Tensor.empty(2**24 + 64).sum().schedule()] == [4096, 1]
+    # above 4096 chunks, their totals are summed in 4096-element chunks again: 2**26 in three kernels
+    assert [item.bufs[0].size for item in Tensor.empty(2**26).sum().schedule()] == [16384, 4, 1]
     assert len(Tensor.empty(4096, 4096).sum(1).schedule()) == 1
     assert len(Tensor.empty(3, 2**19).sum(1).schedule()) == 1
 

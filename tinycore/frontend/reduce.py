@@ -18,9 +18,10 @@ Decisions (PyTorch semantics unless noted):
   finite; where it is 0, `std`'s gradient is 0 (PyTorch masks its root there too).
 - **Large float sums are cascaded** (`cascade_sum`): a float sum of more than `_CASCADE_MIN` (2**19) elements per
   output is split in the frontend, with movement ops only: the reduced elements, flattened, are cut into chunks of
-  `_CASCADE_CHUNK` (4096) summed by one kernel with many outputs, whose totals are summed in chunks of 64 until one
-  is left; what doesn't fill a multiple of 16 chunks is summed on its own and added last (a padded, masked chunk
-  would keep the big kernel from vectorizing). No accumulator adds more than 4096 terms (the rest: < 65536), so a
+  `_CASCADE_CHUNK` (4096) summed by one kernel with many outputs, whose totals are summed in chunks of
+  `_CASCADE_TOP` (4096 too: fewer stages, each a kernel whose launch and scheduling cost more than its few
+  additions; 64 took four kernels for 2**26 elements, now three) until one is left; what doesn't fill a multiple of
+  16 chunks is summed on its own and added last (a padded, masked chunk would keep the big kernel from vectorizing). No accumulator adds more than 4096 terms (the rest: < 65536), so a
   float32 total is not stuck at 2**24 times the typical term: ``ones(10**10).sum()`` is exactly 1e10 (a broadcast
   constant stays a constant: no buffer, 64-bit index math) and 2**25 + 12345 uniform values sum within ~1e-8 of the
   float64 total (one sequential float32 accumulator: 3e-4). Exception: a full reduction of at most
@@ -58,7 +59,7 @@ _SCAN_BLOCK = 64
 _CASCADE_MIN = 1 << 19  # float sums of more elements per output than this are split (see `cascade_sum`) ...
 _CASCADE_ALWAYS = 1 << 24  # ... except full reductions `Tensor._reduce` splits into 64 partial sums, up to this
 _CASCADE_CHUNK = 1 << 12  # the most elements one accumulator adds in a split sum
-_CASCADE_TOP = 1 << 6  # chunk of the later stages, which add the (few, large) chunk totals
+_CASCADE_TOP = 1 << 12  # chunk of the later stages, which add the (few, large) chunk totals
 _CASCADE_GROUPS = 16  # chunks per stage are a multiple of this (the rest is summed on its own)
 
 
