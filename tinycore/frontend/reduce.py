@@ -21,8 +21,9 @@ Decisions (PyTorch semantics unless noted):
   `_CASCADE_CHUNK` (4096) summed by one kernel with many outputs, whose totals are summed in chunks of
   `_CASCADE_TOP` (4096 too: fewer stages, each a kernel whose launch and scheduling cost more than its few
   additions; 64 took four kernels for 2**26 elements, now three) until one is left; what doesn't fill a multiple of
-  16 chunks is summed on its own and added last (a padded, masked chunk would keep the big kernel from vectorizing). No accumulator adds more than 4096 terms (the rest: < 65536), so a
-  float32 total is not stuck at 2**24 times the typical term: ``ones(10**10).sum()`` is exactly 1e10 (a broadcast
+  16 chunks is summed on its own and added last (a padded, masked chunk would keep the big kernel from
+  vectorizing). No accumulator adds more than 4096 terms (the rest: < 65536), so a float32 total is not stuck at
+  2**24 times the typical term: ``ones(10**10).sum()`` is exactly 1e10 (a broadcast
   constant stays a constant: no buffer, 64-bit index math) and 2**25 + 12345 uniform values sum within ~1e-8 of the
   float64 total (one sequential float32 accumulator: 3e-4). Exception: a full reduction of at most
   `_CASCADE_ALWAYS` (2**24) elements divisible by 64 keeps `Tensor._reduce`'s two kernels (64 partial sums, then
