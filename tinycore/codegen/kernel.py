@@ -678,8 +678,7 @@ class Kernel:
         _check(ren is not None and ren.has_shared, f"{opt}: the device has no shared memory")
         assert ren is not None
         _check(self._tc_coords is not None, f"{opt}: needs TC, then only UPCAST/LOCAL splits of its block")
-        wmmas = [u for u in self.sink.toposort() if u.op is Ops.WMMA]
-        _check(len(wmmas) == 1 and not any(u.op is Ops.DEFINE_LOCAL for u in self.sink.toposort()), f"{opt}: once")
+        _check(not any(u.op is Ops.DEFINE_LOCAL for u in self.sink.toposort()), f"{opt}: the operands are staged")
         steps = 1 if opt.arg is None else opt.arg
         _check(isinstance(steps, int) and steps >= 1, f"{opt}: k steps per stage must be a positive int")
         k_loop = [r for r in self.reduce_axes if r in self._tc_coords.src[1].toposort()]
@@ -687,7 +686,8 @@ class Kernel:
         if steps > 1:
             _check(len(k_loop) == 1 and _size(k_loop[0]) % steps == 0, f"{opt}: the k loop doesn't split by {steps}")
             _, stage_steps = self.shift_to(k_loop[0], steps, AxisType.REDUCE)
-            wmmas = [u for u in self.sink.toposort() if u.op is Ops.WMMA]
+        wmmas = [u for u in self.sink.toposort() if u.op is Ops.WMMA]
+        _check(len(wmmas) == 1, f"{opt}: one tensor-core instruction per kernel")
         assert self._tc_coords is not None
         locals_ = sorted(self.axes_of(AxisType.LOCAL), key=range_key)
         threads = prod(_size(r) for r in locals_)
@@ -733,7 +733,7 @@ class Kernel:
             # modulo 128 put them in different banks (no such padding: unpadded, bank conflicts cost only time)
             apart = dtype.itemsize * (1 if n == 0 else 4)
             stride = next((w for w in range(width, width + 64, 4) if w * apart % 128 in (32, 96)), width)
-            smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(height * stride, AddrSpace.LOCAL), (), 64 + n)
+            smem = UOp(Ops.DEFINE_LOCAL, dtype.ptr(height * stride, AddrSpace.LOCAL), (), n)  # group reduces: after
             r0, c0 = zero(rows, True).simplify(), zero(cols, True).simplify()
             for c in range(height * width // lanes // threads):
                 chunk = tid + c * threads  # neighbouring threads take neighbouring chunks in memory

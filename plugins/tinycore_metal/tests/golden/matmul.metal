@@ -1,8 +1,8 @@
 #include <metal_stdlib>
 using namespace metal;
 kernel void k_matmul(device float* data0 [[buffer(0)]], const device float* data1 [[buffer(1)]], uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
-  threadgroup __attribute__((aligned(16))) float smem64[2560];
-  threadgroup __attribute__((aligned(16))) float smem65[1024];
+  threadgroup __attribute__((aligned(16))) float smem0[2560];
+  threadgroup __attribute__((aligned(16))) float smem1[1024];
   float acc1[32];
   int lidx1 = lid.y; /* 2 */
   int lidx0 = lid.x; /* 32 */
@@ -69,25 +69,25 @@ kernel void k_matmul(device float* data0 [[buffer(0)]], const device float* data
     float4 ld29 = *((const device float4*)((data1+(alu26+1024))));
     float4 ld30 = *((const device float4*)((data1+(alu26+1536))));
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    *((threadgroup float4*)((smem64+alu14))) = float4(ld18.x, ld18.y, ld18.z, ld18.w);
-    *((threadgroup float4*)((smem64+(alu14+320)))) = float4(ld19.x, ld19.y, ld19.z, ld19.w);
-    *((threadgroup float4*)((smem64+(alu14+640)))) = float4(ld20.x, ld20.y, ld20.z, ld20.w);
-    *((threadgroup float4*)((smem64+(alu14+960)))) = float4(ld21.x, ld21.y, ld21.z, ld21.w);
-    *((threadgroup float4*)((smem64+(alu14+1280)))) = float4(ld22.x, ld22.y, ld22.z, ld22.w);
-    *((threadgroup float4*)((smem64+(alu14+1600)))) = float4(ld23.x, ld23.y, ld23.z, ld23.w);
-    *((threadgroup float4*)((smem64+(alu14+1920)))) = float4(ld24.x, ld24.y, ld24.z, ld24.w);
-    *((threadgroup float4*)((smem64+(alu14+2240)))) = float4(ld25.x, ld25.y, ld25.z, ld25.w);
-    *((threadgroup float4*)((smem65+alu15))) = float4(ld27.x, ld27.y, ld27.z, ld27.w);
-    *((threadgroup float4*)((smem65+(alu15+256)))) = float4(ld28.x, ld28.y, ld28.z, ld28.w);
-    *((threadgroup float4*)((smem65+(alu15+512)))) = float4(ld29.x, ld29.y, ld29.z, ld29.w);
-    *((threadgroup float4*)((smem65+(alu15+768)))) = float4(ld30.x, ld30.y, ld30.z, ld30.w);
+    *((threadgroup float4*)((smem0+alu14))) = float4(ld18.x, ld18.y, ld18.z, ld18.w);
+    *((threadgroup float4*)((smem0+(alu14+320)))) = float4(ld19.x, ld19.y, ld19.z, ld19.w);
+    *((threadgroup float4*)((smem0+(alu14+640)))) = float4(ld20.x, ld20.y, ld20.z, ld20.w);
+    *((threadgroup float4*)((smem0+(alu14+960)))) = float4(ld21.x, ld21.y, ld21.z, ld21.w);
+    *((threadgroup float4*)((smem0+(alu14+1280)))) = float4(ld22.x, ld22.y, ld22.z, ld22.w);
+    *((threadgroup float4*)((smem0+(alu14+1600)))) = float4(ld23.x, ld23.y, ld23.z, ld23.w);
+    *((threadgroup float4*)((smem0+(alu14+1920)))) = float4(ld24.x, ld24.y, ld24.z, ld24.w);
+    *((threadgroup float4*)((smem0+(alu14+2240)))) = float4(ld25.x, ld25.y, ld25.z, ld25.w);
+    *((threadgroup float4*)((smem1+alu15))) = float4(ld27.x, ld27.y, ld27.z, ld27.w);
+    *((threadgroup float4*)((smem1+(alu15+256)))) = float4(ld28.x, ld28.y, ld28.z, ld28.w);
+    *((threadgroup float4*)((smem1+(alu15+512)))) = float4(ld29.x, ld29.y, ld29.z, ld29.w);
+    *((threadgroup float4*)((smem1+(alu15+768)))) = float4(ld30.x, ld30.y, ld30.z, ld30.w);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int ridx31 = 0; ridx31 < 4; ridx31++) {
       int alu32 = ((((((lidx1*1280)+(alu2*40))+(alu3*160))+(ridx31*8))+(alu5*2))+(alu8*4));
-      float2 ld33 = *((const threadgroup float2*)((smem64+alu32)));
+      float2 ld33 = *((const threadgroup float2*)((smem0+alu32)));
       int alu34 = (((((ridx31*256)+(alu2*32))+(alu3*128))+alu6)+alu9);
-      float4 ld35 = *((const threadgroup float4*)((smem65+alu34)));
-      float4 ld36 = *((const threadgroup float4*)((smem65+(alu34+4))));
+      float4 ld35 = *((const threadgroup float4*)((smem1+alu34)));
+      float4 ld36 = *((const threadgroup float4*)((smem1+(alu34+4))));
       float ld37 = acc1[0];
       float ld38 = acc1[1];
       float ld39 = acc1[2];
@@ -152,7 +152,7 @@ kernel void k_matmul(device float* data0 [[buffer(0)]], const device float* data
       simdgroup_multiply_accumulate(sg_c86, sg_a84, sg_b85, sg_c86);
       float sg_d87 = sg_c86.thread_elements()[0];
       float sg_d88 = sg_c86.thread_elements()[1];
-      float2 ld89 = *((const threadgroup float2*)((smem64+(alu32+320))));
+      float2 ld89 = *((const threadgroup float2*)((smem0+(alu32+320))));
       simdgroup_float8x8 sg_a90, sg_b91;
       simdgroup_float8x8 sg_c92;
       sg_a90.thread_elements()[0] = ld89.x; sg_a90.thread_elements()[1] = ld89.y;
@@ -185,7 +185,7 @@ kernel void k_matmul(device float* data0 [[buffer(0)]], const device float* data
       simdgroup_multiply_accumulate(sg_c107, sg_a105, sg_b106, sg_c107);
       float sg_d108 = sg_c107.thread_elements()[0];
       float sg_d109 = sg_c107.thread_elements()[1];
-      float2 ld110 = *((const threadgroup float2*)((smem64+(alu32+640))));
+      float2 ld110 = *((const threadgroup float2*)((smem0+(alu32+640))));
       simdgroup_float8x8 sg_a111, sg_b112;
       simdgroup_float8x8 sg_c113;
       sg_a111.thread_elements()[0] = ld110.x; sg_a111.thread_elements()[1] = ld110.y;
@@ -218,7 +218,7 @@ kernel void k_matmul(device float* data0 [[buffer(0)]], const device float* data
       simdgroup_multiply_accumulate(sg_c128, sg_a126, sg_b127, sg_c128);
       float sg_d129 = sg_c128.thread_elements()[0];
       float sg_d130 = sg_c128.thread_elements()[1];
-      float2 ld131 = *((const threadgroup float2*)((smem64+(alu32+960))));
+      float2 ld131 = *((const threadgroup float2*)((smem0+(alu32+960))));
       simdgroup_float8x8 sg_a132, sg_b133;
       simdgroup_float8x8 sg_c134;
       sg_a132.thread_elements()[0] = ld131.x; sg_a132.thread_elements()[1] = ld131.y;

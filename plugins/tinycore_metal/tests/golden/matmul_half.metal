@@ -1,8 +1,8 @@
 #include <metal_stdlib>
 using namespace metal;
 kernel void k_matmul_half(device float* data0 [[buffer(0)]], const device half* data1 [[buffer(1)]], const device half* data2 [[buffer(2)]], uint3 gid [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
-  threadgroup __attribute__((aligned(16))) half smem64[384];
-  threadgroup __attribute__((aligned(16))) half smem65[1152];
+  threadgroup __attribute__((aligned(16))) half smem0[384];
+  threadgroup __attribute__((aligned(16))) half smem1[1152];
   float acc1[8];
   int gidx0 = gid.x; /* 4 */
   int lidx0 = lid.x; /* 32 */
@@ -38,23 +38,23 @@ kernel void k_matmul_half(device float* data0 [[buffer(0)]], const device half* 
   threadgroup_barrier(mem_flags::mem_threadgroup);
   int alu23 = ((lidx0&7)*4);
   int alu24 = ((alu7*48)+alu23);
-  *((threadgroup half4*)((smem64+alu24))) = half4(ld13.x, ld13.y, ld13.z, ld13.w);
-  *((threadgroup half4*)((smem64+(alu24+192)))) = half4(ld14.x, ld14.y, ld14.z, ld14.w);
+  *((threadgroup half4*)((smem0+alu24))) = half4(ld13.x, ld13.y, ld13.z, ld13.w);
+  *((threadgroup half4*)((smem0+(alu24+192)))) = half4(ld14.x, ld14.y, ld14.z, ld14.w);
   int alu25 = ((alu7*36)+alu23);
-  *((threadgroup half4*)((smem65+alu25))) = half4(ld15.x, ld15.y, ld15.z, ld15.w);
-  *((threadgroup half4*)((smem65+(alu25+144)))) = half4(ld16.x, ld16.y, ld16.z, ld16.w);
-  *((threadgroup half4*)((smem65+(alu25+288)))) = half4(ld17.x, ld17.y, ld17.z, ld17.w);
-  *((threadgroup half4*)((smem65+(alu25+432)))) = half4(ld18.x, ld18.y, ld18.z, ld18.w);
-  *((threadgroup half4*)((smem65+(alu25+576)))) = half4(ld19.x, ld19.y, ld19.z, ld19.w);
-  *((threadgroup half4*)((smem65+(alu25+720)))) = half4(ld20.x, ld20.y, ld20.z, ld20.w);
-  *((threadgroup half4*)((smem65+(alu25+864)))) = half4(ld21.x, ld21.y, ld21.z, ld21.w);
-  *((threadgroup half4*)((smem65+(alu25+1008)))) = half4(ld22.x, ld22.y, ld22.z, ld22.w);
+  *((threadgroup half4*)((smem1+alu25))) = half4(ld15.x, ld15.y, ld15.z, ld15.w);
+  *((threadgroup half4*)((smem1+(alu25+144)))) = half4(ld16.x, ld16.y, ld16.z, ld16.w);
+  *((threadgroup half4*)((smem1+(alu25+288)))) = half4(ld17.x, ld17.y, ld17.z, ld17.w);
+  *((threadgroup half4*)((smem1+(alu25+432)))) = half4(ld18.x, ld18.y, ld18.z, ld18.w);
+  *((threadgroup half4*)((smem1+(alu25+576)))) = half4(ld19.x, ld19.y, ld19.z, ld19.w);
+  *((threadgroup half4*)((smem1+(alu25+720)))) = half4(ld20.x, ld20.y, ld20.z, ld20.w);
+  *((threadgroup half4*)((smem1+(alu25+864)))) = half4(ld21.x, ld21.y, ld21.z, ld21.w);
+  *((threadgroup half4*)((smem1+(alu25+1008)))) = half4(ld22.x, ld22.y, ld22.z, ld22.w);
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (int ridx26 = 0; ridx26 < 4; ridx26++) {
-    half2 ld27 = *((const threadgroup half2*)((smem64+(((((alu3*48)+(alu4*192))+(ridx26*8))+(alu5*2))+(alu8*4)))));
+    half2 ld27 = *((const threadgroup half2*)((smem0+(((((alu3*48)+(alu4*192))+(ridx26*8))+(alu5*2))+(alu8*4)))));
     int alu28 = (((((ridx26*288)+(alu3*36))+(alu4*144))+alu6)+alu9);
-    half4 ld29 = *((const threadgroup half4*)((smem65+alu28)));
-    half4 ld30 = *((const threadgroup half4*)((smem65+(alu28+4))));
+    half4 ld29 = *((const threadgroup half4*)((smem1+alu28)));
+    half4 ld30 = *((const threadgroup half4*)((smem1+(alu28+4))));
     float ld31 = acc1[0];
     float ld32 = acc1[1];
     float ld33 = acc1[2];
