@@ -154,6 +154,23 @@ def test_dtypes_and_shapes_get_their_own_schedule(device: str) -> None:
         np.testing.assert_array_equal(out.numpy(), np.arange(16).reshape(4, 4) * 2 + 1)
 
 
+def test_a_repeated_step_tells_int_float_and_promoting_operands_apart(device: str) -> None:
+    """The second op of a chain is found by (chain, type of the scalar, scalar) once seen: ``* 2`` and ``* 2.0``
+    on an int chain are different ops (the float one promotes), and a float chain's ``* 2`` is its own step too."""
+    ints = Tensor(np.arange(6, dtype=np.int32), device=device).realize()
+    floats = Tensor(np.arange(6, dtype=np.float32), device=device).realize()
+    base = np.arange(6)
+    for _ in range(3):
+        by_int = ((ints + 1) * 2).realize()
+        by_float = ((ints + 1) * 2.0).realize()
+        float_chain = ((floats + 1) * 2).realize()
+        assert by_int.dtype == dtypes.int32 and by_float.dtype == dtypes.float32
+        np.testing.assert_array_equal(by_int.numpy(), (base + 1) * 2)
+        np.testing.assert_array_equal(by_float.numpy(), (base + 1) * 2.0)
+        np.testing.assert_array_equal(float_chain.numpy(), (base + 1.0) * 2)
+        assert is_deferred_op((floats + 1) * 2)
+
+
 def test_a_view_input_is_not_read_as_its_whole_buffer(device: str) -> None:
     base = Tensor(values(8, 32), device=device).realize()
     view = base[4:20]

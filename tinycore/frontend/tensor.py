@@ -273,10 +273,28 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
     general path (`Tensor._binop_general`) does, and give it its eager schedule-cache key; an op with a scalar on
     a chain that has such a key is deferred instead (`_DeferredOp`)."""
     bool_result = op in _COMPARISON
+    # (chain id of a deferred source, type(y), y) -> (operand, chain id, dtype) of the op deferred on it: the step
+    # an eager loop repeats every call, found with one lookup (the chain id already fixes device, shape and dtype)
+    steps: dict[tuple[int, type, Any], tuple[UOp, int, DType]] = {}
+    steps_get = steps.get
 
     def binop(self: Tensor, y: Any) -> Tensor:
         kind = type(y)
         if kind is float or kind is int:
+            source = self._deferred
+            if source is not None and type(source) is _DeferredOp and y:
+                step = steps_get((source.chain_id, kind, y))
+                if step is not None:
+                    source.extended = True
+                    deferred = _new_tensor(_DeferredOp)
+                    deferred.operand, deferred.chain_id, deferred.dtype = step
+                    deferred.op, deferred.source, deferred.reverse, deferred.leaf = op, source, reverse, source.leaf
+                    deferred.node, deferred.extended = None, False
+                    t = _new_tensor(Tensor)
+                    t._deferred, t.device, t._requires_grad, t.grad, t._shape = (
+                        deferred, self.device, self._requires_grad, None, self._shape
+                    )
+                    return t
             found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
             if found is not None:
                 operand = found[1]
@@ -325,6 +343,10 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                     _live_refs[n] = _weak(deferred)
                     if not n & 4095:
                         live.compact(n)
+                else:
+                    if len(steps) > 4096:
+                        steps.clear()
+                    steps[(source_id, kind, y)] = (operand, chain_id, dtype)
                 t = _new_tensor(Tensor)  # its `_uop` slot stays empty until `Tensor.uop` builds the node
                 t._deferred = deferred
                 t.device = self.device
