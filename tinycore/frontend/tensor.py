@@ -291,9 +291,8 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                     deferred.op, deferred.source, deferred.reverse, deferred.leaf = op, source, reverse, source.leaf
                     deferred.node, deferred.extended = None, False
                     t = _new_tensor(Tensor)
-                    t._deferred, t.device, t._requires_grad, t.grad, t._shape = (
-                        deferred, self.device, self._requires_grad, None, self._shape
-                    )
+                    t._deferred, t.device, t._requires_grad = deferred, self.device, self._requires_grad
+                    t.grad, t._shape = None, self._shape
                     return t
             found = _scalar_operands.get((kind, y, self.device, self._shape)) if y else None
             if found is not None:
