@@ -52,14 +52,6 @@ EXCLUDED: dict[str, str] = {
     "dtypes.fp8s": "the group of the fp8 types, which tinycore does not have",
     "dtypes.imagef": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
     "dtypes.imageh": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
-    # parameter names only: positional calls (the way these are used) work
-    "dtypes.as_const": "first parameter named `value` (tinygrad: `val`); positional calls work",
-    "dtypes.from_py": "parameter named `value` (tinygrad: `x`); positional calls work",
-    "dtypes.is_bool": "parameter named `dtype` (tinygrad: `x`); positional calls work",
-    "dtypes.is_float": "parameter named `dtype` (tinygrad: `x`); positional calls work",
-    "dtypes.is_int": "parameter named `dtype` (tinygrad: `x`); positional calls work",
-    "dtypes.is_unsigned": "parameter named `dtype` (tinygrad: `x`); positional calls work",
-    "DType.vec": "parameter named `size` (tinygrad: `sz`); positional calls work",
 }
 
 

@@ -121,13 +121,13 @@ class DType:
         """Vector width (1 for scalars)."""
         return self.count
 
-    def vec(self, size: int) -> DType:
-        """This scalar dtype as a vector of `size` lanes (`size == 1` returns the scalar itself)."""
+    def vec(self, sz: int) -> DType:
+        """This scalar dtype as a vector of `sz` lanes (`sz == 1` returns the scalar itself)."""
         if self.count != 1:
             raise ValueError(f"can't vectorize {self}, it is already a vector")
-        if size == 1 or self == dtypes.void:
+        if sz == 1 or self == dtypes.void:
             return self
-        return DType(self.priority, self.itemsize * size, f"{INVERSE_DTYPES_DICT[self.name]}{size}", None, size, self)
+        return DType(self.priority, self.itemsize * sz, f"{INVERSE_DTYPES_DICT[self.name]}{sz}", None, sz, self)
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to this dtype; `size` is the number of elements pointed to (-1 when unknown)."""
@@ -185,11 +185,11 @@ class PtrDType(DType):
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         raise TypeError("can't make a pointer to a pointer")
 
-    def vec(self, size: int) -> PtrDType:
-        """A vector of `size` pointers (used when an upcast index yields several addresses)."""
+    def vec(self, sz: int) -> PtrDType:
+        """A vector of `sz` pointers (used when an upcast index yields several addresses)."""
         if self.v != 1:
             raise ValueError(f"can't vectorize {self}, it is already a vector of pointers")
-        if size == 1:
+        if sz == 1:
             return self
         return PtrDType(
             self.priority,
@@ -200,7 +200,7 @@ class PtrDType(DType):
             None,
             self._base,
             self.addrspace,
-            size,
+            sz,
             self.size,
         )
 
@@ -278,60 +278,60 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
     all: ClassVar[tuple[DType, ...]] = floats + ints + (bool,)  # noqa: A003 - tinygrad's name
 
     @staticmethod
-    def is_float(dtype: DType) -> bool:
+    def is_float(x: DType) -> bool:
         """True for float16, bfloat16, float32, float64 (and their vectors)."""
-        return dtype.scalar() in _FLOAT_SET
+        return x.scalar() in _FLOAT_SET
 
     @staticmethod
-    def is_int(dtype: DType) -> bool:
+    def is_int(x: DType) -> bool:
         """True for signed and unsigned integers (and `dtypes.index`), not bool."""
-        return dtype.scalar() in _INT_SET
+        return x.scalar() in _INT_SET
 
     @staticmethod
-    def is_unsigned(dtype: DType) -> bool:
+    def is_unsigned(x: DType) -> bool:
         """True for uint8/16/32/64."""
-        return dtype.scalar() in _UINT_SET
+        return x.scalar() in _UINT_SET
 
     @staticmethod
-    def is_bool(dtype: DType) -> bool:
+    def is_bool(x: DType) -> bool:
         """True for bool."""
-        return dtype.scalar() == dtypes.bool
+        return x.scalar() == dtypes.bool
 
     @staticmethod
-    def from_py(value: Any) -> DType:
-        """The dtype tinycore gives a Python value (or nested list/tuple of values).
+    def from_py(x: Any) -> DType:
+        """The dtype tinycore gives a Python value `x` (or nested list/tuple of values).
 
         >>> dtypes.from_py(True), dtypes.from_py(3), dtypes.from_py([1, 2.0])
         (dtypes.bool, dtypes.int, dtypes.float)
         """
-        if isinstance(value, (list, tuple)):
-            return max((dtypes.from_py(item) for item in value), default=dtypes.default_float)
-        if isinstance(value, bool):
+        if isinstance(x, (list, tuple)):
+            return max((dtypes.from_py(item) for item in x), default=dtypes.default_float)
+        if isinstance(x, bool):
             return dtypes.bool
-        if isinstance(value, int):
+        if isinstance(x, int):
             return dtypes.default_int
-        if isinstance(value, float):
+        if isinstance(x, float):
             return dtypes.default_float
-        raise TypeError(f"can't infer a dtype from {type(value).__name__} value {value!r}")
+        raise TypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}")
 
     @staticmethod
-    def as_const(value: Any, dtype: DType) -> ConstType | tuple[ConstType, ...]:
-        """`value` converted to the Python type that represents constants of `dtype` (wrapping ints like C does).
+    def as_const(val: Any, dtype: DType) -> ConstType | tuple[ConstType, ...]:
+        """`val` converted to the Python type that represents constants of `dtype` (wrapping ints like C does).
 
         >>> dtypes.as_const(3.7, dtypes.int32), dtypes.as_const(300, dtypes.uint8), dtypes.as_const(2, dtypes.float)
         (3, 44, 2.0)
         """
-        if isinstance(value, tuple):
-            return tuple(dtypes.as_const(item, dtype) for item in value)
+        if isinstance(val, tuple):
+            return tuple(dtypes.as_const(item, dtype) for item in val)
         scalar = dtype.scalar()
         if dtypes.is_float(scalar):
-            return float(value)
+            return float(val)
         if scalar == dtypes.bool:
-            return bool(value)
+            return bool(val)
         if dtypes.is_int(scalar):
-            if isinstance(value, float) and not math.isfinite(value):
+            if isinstance(val, float) and not math.isfinite(val):
                 return 0
-            ivalue = int(value)
+            ivalue = int(val)
             if scalar == dtypes.index:
                 return ivalue
             bits = 8 * scalar.itemsize
