@@ -23,3 +23,20 @@ def test_dtypes_helpers_take_tinygrads_keywords() -> None:
     v = dtypes.float32.vec(sz=4)
     assert (v.count, v.itemsize, v.scalar()) == (4, 16, dtypes.float32)
     assert dtypes.float32.ptr().vec(sz=2).v == 2
+
+
+# ----- Device.default and Device.get_available_devices()
+
+
+def test_device_default_and_available_devices() -> None:
+    """`Device.default` is the opened default device; `get_available_devices()` yields the families that open."""
+    from tinycore.device import Device
+
+    assert Device.default is Device[Device.DEFAULT]
+    available = Device.get_available_devices()
+    assert iter(available) is available  # a generator, like tinygrad's
+    names = list(available)
+    assert "PYTHON" in names and Device.DEFAULT.split(":")[0] in names
+    assert names == list(Device) and set(names) <= set(Device.installed())
+    for name in names:  # each one opens
+        assert Device[name] is not None

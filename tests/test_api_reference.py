@@ -45,8 +45,6 @@ EXCLUDED: dict[str, str] = {
     "`fn`, no `optimize=`; the engine is outside this change (issue 21 part B)",
     "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val); "
     "its default dtype is dtypes.index, tinygrad's dtypes.int",
-    "Device": "tinycore's DeviceRegistry has DEFAULT and canonicalize but no `default` property and no "
-    "get_available_devices(); the device registry is outside this change (issue 21 part B)",
     "dtypes.fp8e4m3": "fp8 types need entries in every renderer's type table; left out for now",
     "dtypes.fp8e5m2": "fp8 types need entries in every renderer's type table; left out for now",
     "dtypes.fp8s": "the group of the fp8 types, which tinycore does not have",

@@ -59,6 +59,8 @@ class DeviceRegistry:
     - ``Device.canonicalize(name)``: ``"cuda:1"`` -> ``"CUDA:1"``, ``"CUDA:0"`` -> ``"CUDA"``, ``"CPU"`` -> ``"CLANG"``.
     - ``Device.DEFAULT``: ``DEV`` if set (validated, no fallback), else the highest-priority device whose probe passes;
       assignable (``Device.DEFAULT = "CLANG"``).
+    - ``Device.default``: the opened default device; ``Device.get_available_devices()``: the families whose probe
+      passes (as tinygrad's, which yields the names of the devices it can open).
     - ``iter(Device)``: the available device families, highest priority first.
     """
 
@@ -121,6 +123,17 @@ class DeviceRegistry:
     def installed(self) -> list[str]:
         """Every registered device family (available or not), highest priority first."""
         return self.manager.device_names()
+
+    @property
+    def default(self) -> Compiled:
+        """The opened default device, ``Device[Device.DEFAULT]`` (tinygrad's ``Device.default``)."""
+        return self[self.DEFAULT]
+
+    def get_available_devices(self) -> Iterator[str]:
+        """Yield the device families that can be opened here, highest priority first (tinygrad's
+        ``Device.get_available_devices()``). Cheap: it reads the plugin manager's probe results (cached after the
+        first probe) and opens nothing, where tinygrad opens each device to find out."""
+        yield from self
 
     def is_opened(self, name: str) -> bool:
         """Whether ``name`` was opened already in this process (no discovery, no probing)."""
