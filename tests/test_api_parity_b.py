@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from tinycore import Tensor, TinyJit
 from tinycore.dtype import dtypes
 
 # ----- dtypes helpers: tinygrad's parameter names
@@ -40,3 +44,38 @@ def test_device_default_and_available_devices() -> None:
     assert names == list(Device) and set(names) <= set(Device.installed())
     for name in names:  # each one opens
         assert Device[name] is not None
+
+
+# ----- TinyJit(fxn, captured=None, prune=False, optimize=False)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_tinyjit_tinygrads_parameters(optimize: bool) -> None:
+    """`TinyJit(fxn=..., optimize=...)` captures and replays like the plain decorator (optimize changes nothing)."""
+    w = Tensor(np.arange(4, dtype=np.float32), device="PYTHON").realize()
+
+    def body(a: Tensor) -> Tensor:
+        return (a * w + 1).sum()
+
+    f = TinyJit(fxn=body, optimize=optimize)
+    assert f.fxn is body and f.fn is body and f.optimize is optimize and f.prune is False
+    for i in range(4):  # eager, capture, replays
+        x = np.random.default_rng(i).standard_normal(4).astype(np.float32)
+        out = f(Tensor(x, device="PYTHON"))
+        np.testing.assert_allclose(out.numpy(), (x * np.arange(4) + 1).sum(), rtol=1e-5)
+    assert f.captured is not None
+    positional = TinyJit(body, None, True, True)
+    assert (positional.prune, positional.optimize) == (True, True)
+
+
+def test_tinyjit_fn_keyword_still_works() -> None:
+    """``fn=`` (tinycore's earlier name for ``fxn``) is accepted; both at once, or neither, raise."""
+
+    def body(a: Tensor) -> Tensor:
+        return a + 1
+
+    assert TinyJit(fn=body).fxn is body
+    with pytest.raises(TypeError, match="both fxn and fn"):
+        TinyJit(body, fn=body)
+    with pytest.raises(ValueError, match="needs a function"):
+        TinyJit()

@@ -41,8 +41,6 @@ EXCLUDED: dict[str, str] = {
     "Tensor.qr": "QR decomposition needs a Householder loop that tinycore does not have yet (no torch-exact sign "
     "conventions without LAPACK); left for a later change",
     "Tensor.svd": "SVD needs an iterative Jacobi/QR algorithm tinycore does not have yet; left for a later change",
-    "TinyJit": "tinycore.engine.jit.TinyJit takes (fn=None, captured=None, prune=False): first parameter named "
-    "`fn`, no `optimize=`; the engine is outside this change (issue 21 part B)",
     "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val); "
     "its default dtype is dtypes.index, tinygrad's dtypes.int",
     "dtypes.fp8e4m3": "fp8 types need entries in every renderer's type table; left out for now",

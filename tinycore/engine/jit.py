@@ -932,18 +932,38 @@ class TinyJit(Generic[ReturnType]):
     (one capture shared by all instances). ``prune=True`` also runs kernels that do not depend on the inputs once at
     capture and drops them from replays. ``TinyJit(captured=...)`` replays an unpickled `CapturedJit`.
 
+    The parameters are tinygrad's, ``TinyJit(fxn, captured=None, prune=False, optimize=False)``. ``optimize=True``
+    is accepted and changes nothing: tinygrad's re-packs the captured program's buffers into one memory layout after
+    capture, and tinycore's capture always memory-plans those buffers as a whole (`memory_planner`). ``fn=`` (the
+    earlier name of ``fxn``) is still accepted as a keyword.
+
     `cnt` counts calls, `captured` is the `CapturedJit` once there is one; `reset()` forgets it.
     """
 
     def __init__(
-        self, fn: Callable[..., ReturnType] | None = None, captured: CapturedJit | None = None, prune: bool = False
+        self,
+        fxn: Callable[..., ReturnType] | None = None,
+        captured: CapturedJit | None = None,
+        prune: bool = False,
+        optimize: bool = False,
+        *,
+        fn: Callable[..., ReturnType] | None = None,
     ):
-        if fn is None and captured is None:
-            raise ValueError("TinyJit needs a function or a captured program")
-        self.fn, self.captured, self.prune = fn, captured, prune
-        self.cnt = 2 if captured is not None else 0
         if fn is not None:
-            functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+            if fxn is not None:
+                raise TypeError("TinyJit got both fxn and fn (fn= is the earlier name of fxn): pass one")
+            fxn = fn
+        if fxn is None and captured is None:
+            raise ValueError("TinyJit needs a function or a captured program")
+        self.fn, self.captured, self.prune, self.optimize = fxn, captured, prune, optimize
+        self.cnt = 2 if captured is not None else 0
+        if fxn is not None:
+            functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+
+    @property
+    def fxn(self) -> Callable[..., ReturnType] | None:
+        """The captured function (tinygrad's attribute name; `fn` is the same)."""
+        return self.fn
 
     def reset(self) -> None:
         """Forget the capture: the next call runs eagerly again, the one after captures."""
@@ -957,7 +977,7 @@ class TinyJit(Generic[ReturnType]):
         return functools.partial(self.__call__, obj)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return TinyJit, (self.fn, self.captured, self.prune)
+        return TinyJit, (self.fn, self.captured, self.prune, self.optimize)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
         # one call at a time process-wide (`REALIZE_LOCK`, re-entrant: the function's own realizes nest): a capture
