@@ -42,7 +42,9 @@ EXCLUDED: dict[str, str] = {
     "conventions without LAPACK); left for a later change",
     "Tensor.svd": "SVD needs an iterative Jacobi/QR algorithm tinycore does not have yet; left for a later change",
     "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val); "
-    "its default dtype is dtypes.index, tinygrad's dtypes.int",
+    "its default dtype stays dtypes.index (tinygrad's: dtypes.int): shape and index arithmetic is typed "
+    "dtypes.index and refuses mixed dtypes, so an int32 Variable in a shape raises TypeError (Ops.MUL of mismatched "
+    "dtypes index and int); tinygrad 0.11 has no index dtype",
     "dtypes.fp8e4m3": "fp8 types need entries in every renderer's type table; left out for now",
     "dtypes.fp8e5m2": "fp8 types need entries in every renderer's type table; left out for now",
     "dtypes.fp8s": "the group of the fp8 types, which tinycore does not have",
