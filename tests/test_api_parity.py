@@ -506,7 +506,8 @@ def test_keccak(cfg: str) -> None:
 
 
 def test_dtype_groups_and_limits() -> None:
-    assert dtypes.floats == (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+    assert dtypes.fp8s == (dtypes.fp8e4m3, dtypes.fp8e5m2)
+    assert dtypes.floats == dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
     assert dtypes.uints == (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
     assert dtypes.sints == (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
     assert dtypes.ints == dtypes.uints + dtypes.sints

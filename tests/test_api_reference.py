@@ -45,9 +45,6 @@ EXCLUDED: dict[str, str] = {
     "its default dtype stays dtypes.index (tinygrad's: dtypes.int): shape and index arithmetic is typed "
     "dtypes.index and refuses mixed dtypes, so an int32 Variable in a shape raises TypeError (Ops.MUL of mismatched "
     "dtypes index and int); tinygrad 0.11 has no index dtype",
-    "dtypes.fp8e4m3": "fp8 types need entries in every renderer's type table; left out for now",
-    "dtypes.fp8e5m2": "fp8 types need entries in every renderer's type table; left out for now",
-    "dtypes.fp8s": "the group of the fp8 types, which tinycore does not have",
     "dtypes.imagef": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
     "dtypes.imageh": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
 }

@@ -247,6 +247,12 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
     uint32: Final[DType] = DType.new(6, 4, "unsigned int", "I")
     int64: Final[DType] = DType.new(7, 8, "long", "q")
     uint64: Final[DType] = DType.new(8, 8, "unsigned long", "Q")
+    fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3", None)
+    """8-bit float, OCP E4M3FN (torch.float8_e4m3fn): 4 exponent bits (bias 7), 3 mantissa bits, no infinities;
+    0x7F/0xFF are NaN, the largest value is 448. Stored as one byte; kernels compute in float32 (see `fp8_encode`)."""
+    fp8e5m2: Final[DType] = DType.new(9, 1, "float8_e5m2", None)
+    """8-bit float, OCP E5M2 (torch.float8_e5m2): 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like with
+    infinities and NaNs; the largest finite value is 57344. Stored as one byte; kernels compute in float32."""
     float16: Final[DType] = DType.new(9, 2, "half", "e")
     bfloat16: Final[DType] = DType.new(10, 2, "__bf16", None)
     float32: Final[DType] = DType.new(11, 4, "float", "f")
@@ -270,8 +276,10 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
     default_float: ClassVar[DType] = float32
     default_int: ClassVar[DType] = int32
 
-    # tinygrad's groups (without its fp8 types, which tinycore doesn't have)
-    floats: ClassVar[tuple[DType, ...]] = (float16, bfloat16, float32, float64)
+    # tinygrad's groups
+    fp8s: ClassVar[tuple[DType, ...]] = (fp8e4m3, fp8e5m2)
+    """The 8-bit float dtypes (storage-only in PyTorch's sense: casts, copies, movement and ==/!=)."""
+    floats: ClassVar[tuple[DType, ...]] = fp8s + (float16, bfloat16, float32, float64)
     uints: ClassVar[tuple[DType, ...]] = (uint8, uint16, uint32, uint64)
     sints: ClassVar[tuple[DType, ...]] = (int8, int16, int32, int64)
     ints: ClassVar[tuple[DType, ...]] = uints + sints
@@ -279,7 +287,7 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
 
     @staticmethod
     def is_float(x: DType) -> bool:
-        """True for float16, bfloat16, float32, float64 (and their vectors)."""
+        """True for the fp8 types, float16, bfloat16, float32, float64 (and their vectors)."""
         return x.scalar() in _FLOAT_SET
 
     @staticmethod
@@ -360,9 +368,10 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
         """(exponent bits, mantissa bits) of a float dtype."""
         if not dtypes.is_float(dtype):
             raise TypeError(f"{dtype} is not a float dtype")
-        return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[
-            dtype.scalar()
-        ]
+        return {
+            **{dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10)},
+            **{dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)},
+        }[dtype.scalar()]
 
     @staticmethod
     def fields() -> dict[str, DType]:
@@ -387,24 +396,28 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
 
     @staticmethod
     def to_np(dtype: DType) -> Any:
-        """The numpy dtype of a tinycore dtype (bfloat16 has none, so it maps to float32 on the host side)."""
+        """The numpy dtype of a tinycore dtype (bfloat16 and the fp8 types have none, so they map to float32 on the
+        host side: `Tensor.numpy` returns their values as float32)."""
         import numpy as np
 
         scalar = dtype.scalar()
-        if scalar == dtypes.bfloat16:
+        if scalar == dtypes.bfloat16 or scalar in FP8S:
             return np.dtype(np.float32)
         if scalar.fmt is None:
             raise TypeError(f"{dtype} has no numpy equivalent")
         return np.dtype(scalar.fmt)
 
 
+FP8S: Final = (dtypes.fp8e4m3, dtypes.fp8e5m2)
 FLOATS: Final = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 UINTS: Final = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 SINTS: Final = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS: Final = UINTS + SINTS
+# every scalar a renderer renders; the fp8 types are not among them: kernels hold them as uint8 bits
+# (`tinycore.codegen.decompositions.lower_fp8`)
 ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
 # set versions for the predicates (hash lookups instead of comparing against every member)
-_FLOAT_SET: Final = frozenset(FLOATS)
+_FLOAT_SET: Final = frozenset(FLOATS + FP8S)
 _UINT_SET: Final = frozenset(UINTS)
 _INT_SET: Final = frozenset((*INTS, dtypes.index))
 
@@ -420,6 +433,7 @@ INVERSE_DTYPES_DICT.update({dtypes.float32.name: "float", dtypes.float16.name: "
 INVERSE_DTYPES_DICT.update({dtypes.int32.name: "int", dtypes.int8.name: "char", dtypes.int16.name: "short"})
 INVERSE_DTYPES_DICT.update({dtypes.int64.name: "long", dtypes.uint8.name: "uchar", dtypes.uint16.name: "ushort"})
 INVERSE_DTYPES_DICT.update({dtypes.uint32.name: "uint", dtypes.uint64.name: "ulong", dtypes.bfloat16.name: "bfloat16"})
+INVERSE_DTYPES_DICT.update({dtypes.fp8e4m3.name: "fp8e4m3", dtypes.fp8e5m2.name: "fp8e5m2"})
 
 
 def _set_default_float_from_env() -> None:
@@ -450,6 +464,9 @@ PROMOTION_LATTICE: Final[dict[DType, tuple[DType, ...]]] = {
     dtypes.bfloat16: (dtypes.float32,),
     dtypes.float32: (dtypes.float64,),
     dtypes.float64: (),
+    # PyTorch refuses to promote the fp8 types with anything else ("Promotion for Float8 Types is not supported")
+    dtypes.fp8e4m3: (),
+    dtypes.fp8e5m2: (),
 }
 
 
@@ -468,6 +485,9 @@ def least_upper_dtype(*dts: DType) -> DType:
     (dtypes.half, dtypes.long)
     """
     common = frozenset.intersection(*(_upper_set(dtype.scalar()) for dtype in dts))
+    if not common and any(dtype.scalar() in FP8S for dtype in dts):
+        names = " and ".join(repr(dtype) for dtype in dts)
+        raise TypeError(f"promotion for fp8 types is not supported (as in PyTorch): {names}; cast first (.float())")
     if not common:
         raise TypeError(f"no common dtype for {dts}")
     return min(common)
@@ -511,9 +531,99 @@ def truncate_to_dtype(value: ConstType, dtype: DType) -> ConstType:
             return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, float(value)))[0]
         except OverflowError:
             return math.copysign(math.inf, value)
+    if dtype in FP8S:
+        return fp8_decode(fp8_encode(float(value), dtype), dtype)
     if dtype == dtypes.bfloat16:
         bits = struct.unpack("I", struct.pack("f", float(value)))[0]
         if not math.isnan(value):
             bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
         return struct.unpack("f", struct.pack("I", (bits >> 16) << 16 & 0xFFFFFFFF))[0]
     return dtypes.as_const(value, dtype)  # type: ignore[return-value]
+
+
+# ----- the fp8 types on the host: the reference the kernels' bit manipulation (`decompositions.lower_fp8`) matches
+
+
+def _fp8_format(dtype: DType) -> tuple[int, int, int, int]:
+    """(mantissa bits, exponent bias, largest finite code, code an overflow gives) of an fp8 dtype: E4M3FN has no
+    infinity and saturates to +-448 (PyTorch's ``.to(torch.float8_e4m3fn)``, infinities included); E5M2 overflows
+    to infinity."""
+    if dtype.scalar() == dtypes.fp8e4m3:
+        return 3, 7, 0x7E, 0x7E
+    if dtype.scalar() == dtypes.fp8e5m2:
+        return 2, 15, 0x7B, 0x7C
+    raise TypeError(f"{dtype} is not an fp8 dtype")
+
+
+def _f32_bits(value: float) -> int:
+    try:
+        return struct.unpack("<I", struct.pack("<f", value))[0]
+    except OverflowError:  # beyond float32: rounds to infinity
+        return 0xFF800000 if value < 0 else 0x7F800000
+
+
+def fp8_encode(value: float, dtype: DType) -> int:
+    """The fp8 byte of `value` (first rounded to float32), as PyTorch's ``.to(torch.float8_e4m3fn / e5m2)``: round
+    to nearest even, subnormals kept, a NaN keeps its sign (0x7F/0xFF), overflow per `_fp8_format`.
+
+    >>> fp8_encode(1.0, dtypes.fp8e4m3), fp8_encode(1e9, dtypes.fp8e4m3), fp8_encode(1e9, dtypes.fp8e5m2)
+    (56, 126, 124)
+    """
+    man, bias, _, overflow = _fp8_format(dtype)
+    bits = _f32_bits(float(value))
+    sign, mag = (bits >> 24) & 0x80, bits & 0x7FFFFFFF
+    if mag > 0x7F800000:
+        return sign | 0x7F
+    if mag < (128 - bias) << 23:  # below the smallest normal: a multiple of the subnormal step (round() is RNE)
+        return sign | round(math.ldexp(struct.unpack("<f", struct.pack("<I", mag))[0], bias + man - 1))
+    shift = 23 - man
+    code = (mag + (1 << (shift - 1)) - 1 + ((mag >> shift) & 1) - ((127 - bias) << 23)) >> shift
+    return sign | min(code, overflow)
+
+
+def fp8_decode_bits(code: int, dtype: DType) -> int:
+    """The float32 bit pattern of the fp8 byte `code`, PyTorch's own (NaN payloads included)."""
+    man, bias, _, _ = _fp8_format(dtype)
+    sign, exp, frac = (code & 0x80) << 24, (code >> man) & ((0x80 >> man) - 1), code & ((1 << man) - 1)
+    if dtype.scalar() == dtypes.fp8e4m3 and code & 0x7F == 0x7F:
+        return sign | 0x7F800000 | frac << 20
+    if dtype.scalar() == dtypes.fp8e5m2 and exp == 0x1F:
+        return sign | 0x7F800000 | (0 if frac == 0 else 0x400000 | frac << 21)
+    if exp == 0:
+        return sign | _f32_bits(math.ldexp(frac, 1 - bias - man))
+    return sign | (exp + 127 - bias) << 23 | frac << (23 - man)
+
+
+def fp8_decode(code: int, dtype: DType) -> float:
+    """The value of the fp8 byte `code` (every fp8 value is a float32).
+
+    >>> fp8_decode(0x7E, dtypes.fp8e4m3), fp8_decode(0x7C, dtypes.fp8e5m2), fp8_decode(0x01, dtypes.fp8e4m3)
+    (448.0, inf, 0.001953125)
+    """
+    return struct.unpack("<f", struct.pack("<I", fp8_decode_bits(code, dtype)))[0]
+
+
+def fp8_encode_np(values: Any, dtype: DType) -> Any:
+    """`fp8_encode` of a numpy array (rounded to float32 first): the uint8 codes, same shape."""
+    import numpy as np
+
+    man, bias, _, overflow = _fp8_format(dtype)
+    f = np.asarray(values, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.int64)
+    sign, mag = (bits >> 24) & 0x80, bits & 0x7FFFFFFF
+    magic = (127 + 24 - man - bias) << 23
+    with np.errstate(over="ignore", invalid="ignore"):
+        sub = (np.abs(f) + np.array(magic, dtype=np.uint32).view(np.float32)).view(np.uint32).astype(np.int64) - magic
+    shift = 23 - man
+    norm = np.minimum((mag + (1 << (shift - 1)) - 1 + ((mag >> shift) & 1) - ((127 - bias) << 23)) >> shift, overflow)
+    code = np.where(mag < (128 - bias) << 23, sub, norm)
+    code = np.where(mag > 0x7F800000, 0x7F, code)
+    return (sign | code).astype(np.uint8)
+
+
+def fp8_decode_np(codes: Any, dtype: DType) -> Any:
+    """`fp8_decode` of a numpy array of uint8 codes: float32 values, same shape (PyTorch's NaN bit patterns)."""
+    import numpy as np
+
+    table = np.array([fp8_decode_bits(c, dtype) for c in range(256)], dtype=np.uint32).view(np.float32)
+    return table[np.asarray(codes, dtype=np.uint8)]

@@ -3,7 +3,8 @@
 `get_program(ast, renderer, opts)` runs three steps:
 
 1. `get_kernel`: `lowerer.lower_ast` (ranges for the output shape, indices pushed through movement ops to every
-   LOAD, REDUCE_AXIS as REDUCE over new reduce ranges, indices simplified); on CPU-style renderers with
+   LOAD, REDUCE_AXIS as REDUCE over new reduce ranges, indices simplified); fp8 values as uint8 bits
+   (`decompositions.lower_fp8`); on CPU-style renderers with
    ``row_reduce_bytes``, `stash.stash_reduce_values` (a reduce body the output needs again kept in a row-sized
    register array); the renderer's ``extra_rules[lower]``. The result is a `kernel.Kernel`: the kernel's axes;
 2. optimization: `opts` (a list of `Opt`: a BEAM search's, which the engine runs on the device with ``BEAM>=1``,
@@ -92,6 +93,10 @@ def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
     from tinycore.codegen.lowerer import lower_ast
 
     sink = lower_ast(ast)
+    if _uses_fp8(ast):  # no renderer knows the fp8 types: uint8 bits, converted in float32
+        from tinycore.codegen.decompositions import lower_fp8
+
+        sink = lower_fp8(sink)
     if renderer is not None and renderer.row_reduce_bytes > 0 and not renderer.has_local:
         from tinycore.codegen.stash import stash_reduce_values
 
@@ -101,13 +106,21 @@ def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
     return k
 
 
+def _uses_fp8(ast: UOp) -> bool:
+    from tinycore.dtype import FP8S, PtrDType
+
+    return any((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() in FP8S for u in ast.toposort())
+
+
 def _check_dtypes(ast: UOp, renderer: Renderer) -> None:
     """Raise `UnsupportedDTypeError` when the kernel `ast` uses a dtype the renderer does not declare
     (``Renderer.supported_dtypes``): the device's compiler would reject it with a less helpful message, or accept it."""
-    from tinycore.dtype import PtrDType, dtypes
+    from tinycore.dtype import FP8S, PtrDType, dtypes
     from tinycore.errors import UnsupportedDTypeError
 
     supported = renderer.supported_dtypes
+    if {dtypes.uint8, dtypes.uint32, dtypes.float32} <= supported:  # fp8 kernels use these (`lower_fp8`)
+        supported = supported | frozenset(FP8S)
     used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in ast.toposort()}
     missing = sorted((d for d in used - supported if d not in (dtypes.void, dtypes.index)), key=lambda d: d.name)
     if missing:

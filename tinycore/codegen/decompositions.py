@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import Ops, UOp
+from tinycore.dtype import FP8S, DType, PtrDType, dtypes
+from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 
 __all__ = [
@@ -39,7 +39,11 @@ __all__ = [
     "DECOMPOSABLE_OPS",
     "decompose",
     "decomposition_rules",
+    "fp8_rules",
+    "lower_fp8",
     "xexp2",
+    "xfp8_decode",
+    "xfp8_encode",
     "xfdiv",
     "xidiv",
     "xlog2",
@@ -1300,3 +1304,162 @@ def decompose(uop: UOp, native_ops: Iterable[str]) -> UOp:
     False
     """
     return graph_rewrite(uop, decomposition_rules(native_ops), name="decompositions")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the fp8 types: no renderer knows them. `lower_fp8` rewrites a kernel so that fp8 buffers are uint8 buffers and
+# every fp8 value is a uint8 of its bits: a CAST to fp8 is float32 -> uint8 bit manipulation (`xfp8_encode`), a
+# CAST from fp8 uint8 -> float32 (`xfp8_decode`), and any other op on fp8 values computes in float32 and encodes the
+# result. Both match PyTorch's conversions bit for bit (`tinycore.dtype.fp8_encode`, the host reference).
+
+
+def _fp8_params(dtype: DType) -> tuple[int, int, int]:
+    """(mantissa bits, exponent bias, code an overflow gives) of an fp8 dtype."""
+    from tinycore.dtype import _fp8_format
+
+    man, bias, _, overflow = _fp8_format(dtype)
+    return man, bias, overflow
+
+
+def xfp8_encode(x: UOp, dtype: DType) -> UOp:
+    """The uint8 fp8 code (`dtype`: fp8e4m3 or fp8e5m2) of the float32 `x`, as PyTorch converts: round to nearest
+    even (subnormals by adding a power of two whose float32 step is the fp8 subnormal step, the float add rounding),
+    NaN -> 0x7F with x's sign, overflow -> 0x7E (+-448, E4M3FN saturates, infinities too) or 0x7C (E5M2: inf)."""
+    man, bias, overflow = _fp8_params(dtype)
+    u32 = _like(dtypes.uint32, x)
+    bits = x.bitcast(u32)
+    sign = (bits >> 24) & 0x80
+    mag = bits & 0x7FFFFFFF
+    shift = 23 - man
+    rounded = mag + ((1 << (shift - 1)) - 1 - ((127 - bias) << 23)) + ((mag >> shift) & 1)
+    normal = rounded >> shift
+    normal = (normal < overflow).where(normal, _kd(dtypes.uint32, x, overflow))
+    magic = (127 + 24 - man - bias) << 23  # float32 2^(24 - man - bias): its ulp is the fp8 subnormal step
+    magic_f = _kd(dtypes.uint32, x, magic).bitcast(x.dtype)
+    sub = (mag.bitcast(x.dtype) + magic_f).bitcast(u32) + ((1 << 32) - magic)
+    code = (mag < ((128 - bias) << 23)).where(sub, normal)
+    code = (_kd(dtypes.uint32, x, 0x7F800000) < mag).where(_kd(dtypes.uint32, x, 0x7F), code)
+    return (code | sign).cast(_like(dtypes.uint8, x))
+
+
+def xfp8_decode(code: UOp, dtype: DType) -> UOp:
+    """The float32 value of the uint8 fp8 code `code` (PyTorch's bit patterns, NaN payloads included)."""
+    man, bias, _ = _fp8_params(dtype)
+    u32 = _like(dtypes.uint32, code)
+    c = code.cast(u32)
+    sign = (c & 0x80) << 24
+    mag = c & 0x7F
+    exp, frac = mag >> man, mag & ((1 << man) - 1)
+    normal = ((mag << (23 - man)) + ((127 - bias) << 23)) | sign
+    sub_f = frac.cast(_like(dtypes.float32, code)) * (2.0 ** (1 - bias - man))
+    sub = sub_f.bitcast(u32) | sign
+    out = (exp.ne(0)).where(normal, sub)
+    if dtype.scalar() == dtypes.fp8e4m3:
+        nan = sign | 0x7FF00000
+        out = mag.ne(0x7F).where(out, nan)
+    else:
+        special = sign | 0x7F800000 | (frac.ne(0).where(_kd(dtypes.uint32, code, 0x400000), 0) | (frac << 21))
+        out = exp.ne(0x1F).where(out, special)
+    return out.bitcast(_like(dtypes.float32, code))
+
+
+def _fp8_of(x: UOp) -> DType | None:
+    """The fp8 dtype `x` holds the bits of (`x` is BITCAST(uint8 -> fp8)), else None."""
+    if x.op is Ops.BITCAST and x.dtype.scalar() in FP8S and x.src[0].dtype.scalar() == dtypes.uint8:
+        return x.dtype.scalar()
+    return None
+
+
+def _bits(x: UOp) -> UOp:
+    return x.src[0] if _fp8_of(x) is not None else x
+
+
+def _value(x: UOp) -> UOp:
+    """A source as a (non-fp8) value: fp8 bits decoded to float32."""
+    dt = _fp8_of(x)
+    return xfp8_decode(x.src[0], dt) if dt is not None else x
+
+
+def _as_fp8(code: UOp, dtype: DType) -> UOp:
+    return UOp(Ops.BITCAST, _like(dtype.scalar(), code), (code,))
+
+
+def _fp8_ptr(x: UOp) -> UOp | None:
+    """A buffer definition (or INDEX) of fp8 elements: the same of uint8."""
+    dt = x.dtype
+    if not isinstance(dt, PtrDType) or dt.base.scalar() not in FP8S:
+        return None
+    base = dtypes.uint8.vec(dt.base.count) if dt.base.count > 1 else dtypes.uint8
+    ptr = base.ptr(dt.size, dt.addrspace)
+    return UOp(x.op, ptr.vec(dt.v) if dt.v > 1 else ptr, x.src, x.arg)
+
+
+def _fp8_node(x: UOp) -> UOp | None:
+    """A node that produces or reads fp8 values (or points to fp8 elements), without fp8."""
+    if isinstance(x.dtype, PtrDType):
+        return _fp8_ptr(x)
+    produces = x.dtype.scalar() in FP8S and not isinstance(x.dtype, PtrDType)
+    reads = any(_fp8_of(s) is not None for s in x.src)
+    if not produces and not reads:
+        return None
+    op = x.op
+    if op is Ops.BITCAST:
+        src = x.src[0]
+        if produces and not reads:  # int8/uint8 bits -> fp8
+            if src.dtype.scalar() == dtypes.uint8:
+                return None  # already the canonical form
+            if src.dtype.scalar() == dtypes.int8:
+                return _as_fp8(src.bitcast(_like(dtypes.uint8, src)), x.dtype)
+            return None
+        bits = src.src[0]
+        return _as_fp8(bits, x.dtype) if produces else bits.bitcast(x.dtype)
+    if op is Ops.CAST:
+        value = _value(x.src[0])
+        if not produces:
+            return value.cast(x.dtype)
+        return _as_fp8(xfp8_encode(value.cast(_like(dtypes.float32, value)), x.dtype), x.dtype)
+    if op is Ops.CONST:
+        from tinycore.dtype import fp8_encode
+
+        return _as_fp8(UOp.const(_like(dtypes.uint8, x), fp8_encode(x.arg, x.dtype)), x.dtype)
+    if op in (Ops.LOAD, Ops.WHERE, Ops.VECTORIZE, Ops.GEP) and produces:  # the bits move unchanged
+        return _as_fp8(UOp(op, _like(dtypes.uint8, x), tuple(_bits(s) for s in x.src), x.arg), x.dtype)
+    if op is Ops.STORE:
+        return UOp(op, x.dtype, tuple(_bits(s) for s in x.src), x.arg)
+    if op in GroupOp.ALU or op is Ops.REDUCE:  # computed in float32, rounded to fp8 once
+        f32 = _like(dtypes.float32, x)
+        srcs = tuple(_value(s) for s in x.src)
+        if produces:
+            srcs = (srcs[0].cast(f32), *x.src[1:]) if op is Ops.REDUCE else tuple(s.cast(f32) for s in srcs)
+            return _as_fp8(xfp8_encode(UOp(op, f32, srcs, x.arg), x.dtype), x.dtype)
+        return UOp(op, x.dtype, srcs, x.arg)
+    return None
+
+
+fp8_rules = PatternMatcher(
+    [
+        (UPat(GroupOp.All, name="x"), _fp8_node),
+    ],
+    name="lower_fp8",
+)
+"""The rule table of `lower_fp8`: fp8 buffers become uint8 buffers, fp8 values BITCAST(uint8 bits -> fp8) nodes
+that every reader of an fp8 value unwraps (a STORE stores the bits, a CAST decodes them, arithmetic computes in
+float32 and encodes)."""
+
+
+def lower_fp8(sink: UOp) -> UOp:
+    """`sink` (a kernel) without fp8 dtypes: `fp8_rules`, then a check that none is left (an op the rules do not
+    know raises a TypeError naming it rather than reaching a renderer).
+
+    >>> b0, b1 = UOp.define_global(0, dtypes.fp8e4m3, 4), UOp.define_global(1, dtypes.float, 4)
+    >>> i = UOp.const(dtypes.index, 0)
+    >>> k = lower_fp8(UOp.sink(b0.index(i).store(b1.index(i).load().cast(dtypes.fp8e4m3))))
+    >>> sorted({u.dtype.base.scalar().name for u in k.toposort()} & {"float8_e4m3", "unsigned char"})
+    ['unsigned char']
+    """
+    out = graph_rewrite(sink, fp8_rules, name="lower_fp8")
+    for u in out.toposort():
+        dt = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
+        if dt.scalar() in FP8S:
+            raise TypeError(f"can't lower {u.op} of {u.dtype} to uint8 bits: cast the fp8 tensor to float first")
+    return out

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from tinycore.dtype import (
     DTYPES_DICT,
+    FP8S,
     ConstType,
     DType,
     dtypes,
@@ -357,6 +358,7 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
             uop, other = self.uop, y.uop  # a deferred value is built here
             if (
                 other.dtype is uop.dtype
+                and (uop.dtype.fmt is not None or uop.dtype.itemsize != 1)  # not fp8: see `_binop_general`
                 and y._shape == self._shape
                 and type(self.device) is str
                 and (y.device is self.device or y.device == self.device)
@@ -390,12 +392,24 @@ def _bf16_bits(arr: Any) -> Any:
     return (rounded >> np.uint32(16)).astype(np.uint16)
 
 
+def _fp8_refused(dtype: DType, what: str) -> NotImplementedError:
+    """PyTorch's refusal of arithmetic on fp8 tensors (they only store values: casts, copies, movement, ==, !=)."""
+    return NotImplementedError(
+        f'"{what}" not implemented for {dtype!r}: fp8 tensors only store values (as in PyTorch); cast to float '
+        "first (t.float()), compute, and cast back (.cast(dtypes.fp8...))"
+    )
+
+
 def _from_numpy(arr: Any, device: str, dtype: DType) -> UOp:
     import numpy as np
 
     shape = tuple(int(d) for d in np.shape(arr))  # before ascontiguousarray, which turns a 0-d array into 1-d
     if dtype == dtypes.bfloat16:
         arr = _bf16_bits(np.asarray(arr, dtype=np.float32)).reshape(shape)
+    elif dtype in FP8S:
+        from tinycore.dtype import fp8_encode_np
+
+        arr = fp8_encode_np(arr, dtype).reshape(shape)
     else:
         arr = np.ascontiguousarray(arr, dtype=dtypes.to_np(dtype))
     size = int(arr.size)
@@ -948,7 +962,8 @@ class Tensor(
         return buffer_of(u), u
 
     def numpy(self) -> Any:
-        """A numpy copy of the value (realizes it). bfloat16 comes back as float32. A shape whose variables are
+        """A numpy copy of the value (realizes it). bfloat16 and the fp8 types (numpy has neither) come back as
+        float32, the exact values (``t.bitcast(dtypes.uint8).numpy()`` gives fp8 bits). A shape whose variables are
         bound (a TinyJit result of symbolic shape) is read at their values."""
         if not all_int(self.shape):
             bound = tuple(d if isinstance(d, int) else d.unbind()[1] if d.op is Ops.BIND else None for d in self.shape)
@@ -959,6 +974,10 @@ class Tensor(
             import numpy as np
 
             return np.zeros(self.shape, dtype=dtypes.to_np(self.dtype))
+        if self.dtype in FP8S:
+            from tinycore.dtype import fp8_decode_np
+
+            return fp8_decode_np(self.bitcast(dtypes.uint8).numpy(), self.dtype)
         _lock_acquire()  # realize and copy out as one step (another thread may be realizing this tensor)
         try:
             buf, _ = self._buffer_view()
@@ -1146,6 +1165,8 @@ class Tensor(
 
     def _binop_general(self, op: Ops, y: Any, reverse: bool) -> Tensor:
         x, y = self._broadcasted(y, reverse)
+        if x.dtype in FP8S and op is not Ops.CMPNE and op is not Ops.CMPEQ:
+            raise _fp8_refused(x.dtype, op.name.lower())
         a, b = x.uop, y.uop
         return _wrap(
             UOp(op, _BOOL if op in _COMPARISON else a.dtype, (a, b)),
@@ -1155,6 +1176,8 @@ class Tensor(
         )
 
     def _unop(self, op: Ops) -> Tensor:
+        if self.dtype in FP8S:
+            raise _fp8_refused(self.dtype, op.name.lower())
         return _wrap(self.uop.alu(op), self.device, self._shape, self._requires_grad)
 
     def _float_unop(self, op: Ops) -> Tensor:
@@ -1189,6 +1212,8 @@ class Tensor(
                 return q.trunc() if rounding_mode == "trunc" else q.floor()
             return a.idiv(b) if rounding_mode == "trunc" else a // b
         a, b = self._broadcasted(x, reverse)
+        if a.dtype in FP8S:
+            raise _fp8_refused(a.dtype, "div")
         dt = least_upper_float(a.dtype)
         grad = _grad_of2(a._requires_grad, b._requires_grad)
         return _wrap(a.cast(dt).uop.alu(Ops.FDIV, b.cast(dt).uop), a.device, a._shape, grad)
@@ -1253,6 +1278,8 @@ class Tensor(
 
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
+        if a.dtype in FP8S:
+            raise _fp8_refused(a.dtype, f"bitwise {op.name.lower()}")
         if dtypes.is_float(a.dtype):
             raise BitwiseDtypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
         return _wrap(a.uop.alu(op, b.uop), a.device, a._shape, _grad_of2(a._requires_grad, b._requires_grad))
@@ -1635,6 +1662,8 @@ class Tensor(
         return () if self.ndim == 0 else checked  # a 0-d tensor takes dim 0 or -1, as in torch: nothing to reduce
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        if self.dtype in FP8S:
+            raise _fp8_refused(self.dtype, f"reduce {op.name.lower()}")
         axes = self._reduce_axes(axis)
         if self.ndim == 0:
             return self
