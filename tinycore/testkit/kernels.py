@@ -134,3 +134,45 @@ def run_on_interpreter(program: Any, item: Any, tensor_cores: Sequence[Any] = ()
     inputs = [bytearray(b.as_buffer()) for b in item.bufs[1:]]  # the raw bytes (numpy has no bfloat16)
     interpreter([memoryview(out).cast("B"), *(memoryview(x) for x in inputs)], program.global_size, program.local_size)
     return out
+
+
+def run_case_on_interpreter(name: str, renderer: Renderer, tensor_cores: Sequence[Any] = ()) -> tuple[Any, Any]:
+    """Kernel case `name` lowered with `renderer`'s options (its heuristics, launch limits, vector widths, native
+    ops and tensor cores: exactly the uops that renderer would render) and run on the ``PYTHON`` reference
+    interpreter (threads shuffled between barriers, poisoned shared memory, bounds checks, `tensor_cores` emulated
+    from their declared lane layouts). Returns ``(output as a numpy array shaped like the case's result, the
+    program)``; compare it with ``kernel_cases()[name][0]().numpy()``. For checking a GPU renderer without its GPU."""
+    from tinycore.runtime.python_device import PythonCompiler, PythonRenderer, decode_program
+    from tinycore.runtime.python_interpreter import Interpreter
+
+    build, opts, _ = kernel_cases()[name]
+    items, var_vals = build().schedule_with_vars()
+    (item,) = [i for i in items if i.ast is not None]
+    program = get_program(item.ast, renderer, opts)
+    lib = PythonCompiler().compile(PythonRenderer().render(program.uops))
+    interpreter = Interpreter(decode_program(lib), program.function_name, list(tensor_cores))
+    written = set(range(len(item.outputs)))  # outputs come first
+    memory = [bytearray(b.nbytes) if i in written else bytearray(b.as_buffer()) for i, b in enumerate(item.bufs)]
+    global_size, local_size = program.launch_dims(var_vals)
+    interpreter([memoryview(m) for m in memory], global_size, local_size, program.var_values(var_vals))
+    want = build().numpy()
+    (out,) = [memory[i] for i in sorted(written)]
+    return np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape), program
+
+
+def check_case_result(name: str, got: np.ndarray, want: np.ndarray, exact_exp: bool = True) -> None:
+    """Assert that a device's output `got` of kernel case `name` matches the reference `want`: integers exactly,
+    floats to 1e-5 (NaN where NaN). ``exact_exp=False`` is for a renderer whose ``exp`` is decomposed by core (it
+    may differ from the reference's by an ulp): the ``transcendental`` case computes ``sin(exp(b) + sqrt(b))`` for
+    b = 0..63, and sin passes an argument error straight through (``|sin'| <= 1``), so its bound is then a few ulps
+    of the argument (no bound at all once one ulp of it exceeds pi)."""
+    if name == "transcendental" and not exact_exp:
+        arg = np.exp(np.arange(64, dtype=np.float32)) + np.sqrt(np.arange(64, dtype=np.float32))
+        bound = np.minimum(4 * np.spacing(np.abs(arg)) + 1e-6, 2.0)
+        excess = np.abs(got.astype(np.float64) - want) / bound
+        assert np.all(excess <= 1) and np.all(np.abs(got) <= 1), f"{name}: error / bound up to {excess.max()}"
+        np.testing.assert_allclose(got[:3], want[:3], rtol=1e-6)  # small arguments: no amplification
+    elif np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)

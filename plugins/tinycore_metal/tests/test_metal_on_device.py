@@ -17,7 +17,7 @@ from tinycore.codegen import get_program  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.tensor import Tensor  # noqa: E402
-from tinycore.testkit.kernels import kernel_cases  # noqa: E402
+from tinycore.testkit.kernels import check_case_result, kernel_cases  # noqa: E402
 
 _PROBE = plugin.probe()
 pytestmark = [
@@ -64,10 +64,7 @@ def test_every_kernel_of_the_suite_runs_to_the_reference_result(metal, name: str
     out, _ = _run_on_gpu(metal, item, opts, var_vals)
     want = build().numpy()
     got = np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape)
-    if np.issubdtype(want.dtype, np.floating):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want)
+    check_case_result(name, got, want)
 
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16, dtypes.float32], ids=["half", "bfloat", "float"])
