@@ -38,9 +38,6 @@ EXCLUDED: dict[str, str] = {
     "Tensor.llvm_bf16_cast": "a workaround for tinygrad's LLVM backend; tinycore's renderers cast bfloat16 natively",
     "Tensor.hash": "tinygrad's content hash is a tree of Keccak hashes over its own chunking of the buffer; a "
     "different hash would look compatible and not be: left out (use Tensor.keccak)",
-    "Tensor.qr": "QR decomposition needs a Householder loop that tinycore does not have yet (no torch-exact sign "
-    "conventions without LAPACK); left for a later change",
-    "Tensor.svd": "SVD needs an iterative Jacobi/QR algorithm tinycore does not have yet; left for a later change",
     "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val); "
     "its default dtype stays dtypes.index (tinygrad's: dtypes.int): shape and index arithmetic is typed "
     "dtypes.index and refuses mixed dtypes, so an int32 Variable in a shape raises TypeError (Ops.MUL of mismatched "

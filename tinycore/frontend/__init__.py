@@ -12,7 +12,8 @@ Each module holds one family of user-facing operations, written only in terms of
 | `processing.py` | `ProcessingMixin` | `conv2d pools interpolate einsum attention linear norms`, losses |
 | `autograd.py` | `AutogradMixin` | `backward gradient requires_grad_` |
 | `data.py` | `DataMixin` | `clone to_ float half int bool long short double bfloat16` |
-| `compat.py` | `CompatMixin` | `diag diagonal meshgrid rearrange newton_schulz keccak from_url`, raw ops, graph hints |
+| `compat.py` | `CompatMixin` | `diag diagonal meshgrid rearrange newton_schulz qr svd keccak`, raw ops, graph hints |
+| `linalg.py` | (functions) | Householder QR and Jacobi SVD behind `qr`/`svd` |
 """
 
 from tinycore.frontend.autograd import AutogradMixin

@@ -1,9 +1,10 @@
 """tinygrad 0.11 functions that have no other home: methods of `Tensor` (see `tinycore/frontend/__init__.py`).
 
-Linear algebra helpers (`diag`, `diagonal`, `meshgrid`, `newton_schulz`), the einops-style `rearrange`, raw-op
-access (`alu`, `const_like`, `ufix`, `threefry`), graph hints (`contiguous_backward`, `kernelize`, `fuse`,
-`replace`) and the ways in of outside data (`from_uop`, `from_blob`, `from_url`, `keccak`). Each follows PyTorch's
-meaning where torch has the op (`torch.diag`, `torch.diagonal`, `torch.meshgrid`); `docs/api.md` lists where
+Linear algebra helpers (`diag`, `diagonal`, `meshgrid`, `newton_schulz`, and `qr`/`svd`, built in `linalg.py`),
+the einops-style `rearrange`, raw-op access (`alu`, `const_like`, `ufix`, `threefry`), graph hints
+(`contiguous_backward`, `kernelize`, `fuse`, `replace`) and the ways in of outside data (`from_uop`, `from_blob`,
+`from_url`, `keccak`). Each follows PyTorch's meaning where torch has the op (`torch.diag`, `torch.diagonal`,
+`torch.meshgrid`, `torch.linalg.qr/svd`); `docs/api.md` lists where
 tinycore differs from tinygrad and what it leaves out.
 """
 
@@ -145,6 +146,32 @@ class CompatMixin:
             if total is not None:
                 g = total
         return g
+
+    def qr(self: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[misc]
+        """QR decomposition of the last two dimensions (``m x n``, any leading batch dimensions), as tinygrad's:
+        ``(Q, R)`` with ``Q`` ``m x m`` orthogonal and ``R`` ``m x n`` upper triangular, ``Q @ R == self``.
+
+        Householder reflections with LAPACK's sign convention, so the result is torch's
+        ``torch.linalg.qr(x, mode="complete")`` up to rounding (see `tinycore.frontend.linalg`). Gradients flow
+        through the reflections. Non-float inputs raise RuntimeError (torch's message).
+        """
+        from tinycore.frontend.linalg import householder_qr
+
+        return householder_qr(self)
+
+    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[misc]
+        """Singular value decomposition of the last two dimensions (``m x n``, ``k = min(m, n)``, any leading batch
+        dimensions), as tinygrad's and ``torch.linalg.svd``: ``(U, S, Vh)`` with ``self == U @ diag(S) @ Vh``,
+        ``S`` (``k`` values) sorted descending, ``U`` ``m x m`` and ``Vh`` ``n x n`` (``m x k`` and ``k x n`` with
+        ``full_matrices=False``).
+
+        QR, then a fixed number of one-sided Jacobi sweeps (no data-dependent loop: `TinyJit` captures it). Each
+        pair ``(U[:, i], Vh[i])`` is unique only up to a common sign, which may differ from torch's; gradients flow
+        through the sweeps (for distinct singular values they approach the analytic ones).
+        """
+        from tinycore.frontend.linalg import jacobi_svd
+
+        return jacobi_svd(self, full_matrices)
 
     # ----- einops-style rearrange
 
