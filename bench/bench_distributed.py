@@ -3,8 +3,9 @@
     python3 bench/bench_distributed.py            # starts itself under `mpirun -np 2 --oversubscribe`
 
 1. all_reduce of a 64 MB float32 CLANG tensor vs mpi4py's own ``Allreduce`` on numpy arrays (bandwidth, ratio);
-2. an MLP train step (TinyJit, SGD) with and without `average_gradients`, and the bucket's all_reduce alone, so the
-   cost of averaging beyond the collective itself shows.
+2. an MLP train step (TinyJit, SGD) with and without `average_gradients`, and the bucket's all_reduce alone (replayed
+   by TinyJit, as in the step), so the cost of averaging beyond the collective itself shows; the three are timed in
+   turn, 30 rounds, so the machine's load moves them alike.
 
 Times are medians of several runs; the ranks share this machine's cores, so the figures move with its load.
 """
@@ -89,17 +90,26 @@ def worker() -> None:
 
     rng = np.random.default_rng(group.rank)
     xb, yb = Tensor(rng.standard_normal((64, 256)).astype(np.float32)), Tensor(rng.integers(0, 10, 64).astype(np.int32))
-    results = {}
-    for average in (False, True):
-        step, count = make_step(average)
-        for _ in range(5):
-            step(xb, yb).item()
-        comm.Barrier()
-        results[average] = median_time(lambda step=step: (step(xb, yb).item(), comm.Barrier()), 30)
+    steps = {average: make_step(average) for average in (False, True)}
+    count = steps[False][1]
     grads = Tensor.ones(count).contiguous().realize()
-    for _ in range(3):
-        dist.all_reduce(grads).realize()
-    t_coll = median_time(lambda: (dist.all_reduce(grads).realize(), comm.Barrier()), 30)
+    collective = TinyJit(lambda g: dist.all_reduce(g).realize())  # replayed, as it runs inside the step
+    runs = {
+        False: lambda: steps[False][0](xb, yb).item(),
+        True: lambda: steps[True][0](xb, yb).item(),
+        "all_reduce": lambda: collective(grads),
+    }
+    for run in runs.values():
+        for _ in range(5):
+            run()
+    # interleaved, so a change in the machine's load moves the three alike
+    times: dict[object, list[float]] = {key: [] for key in runs}
+    for _ in range(30):
+        for key, run in runs.items():
+            comm.Barrier()
+            times[key].append(median_time(lambda run=run: (run(), comm.Barrier()), 1))
+    results = {key: float(np.median(t)) for key, t in times.items()}
+    t_coll = results["all_reduce"]
     without, with_avg = results[False], results[True]
     extra = with_avg - without - t_coll
     say(f"MLP train step ({count} parameters, batch 64 per rank): {without * 1e3:.2f} ms without averaging, "

@@ -82,10 +82,19 @@ def mismatch() -> None:
     """Shape, dtype and collective mismatches name both ranks; the group stays usable after them."""
     g = dist.init(timeout=20)
     r = g.rank
+
+    @TinyJit
+    def summed(x: Tensor) -> Tensor:
+        return dist.all_reduce(x).realize()
+
+    for _ in range(3):  # captured and replayed on both ranks
+        assert summed(Tensor.ones(4).contiguous()).tolist() == [2.0] * 4
     cases = (
         ("shape", lambda: dist.all_reduce(Tensor.ones(4 + r).contiguous())),
         ("dtype", lambda: dist.all_reduce(Tensor.ones(4, dtype=dtypes.float32 if r == 0 else dtypes.int32))),
         ("kind", lambda: dist.all_reduce(Tensor.ones(4)) if r == 0 else dist.broadcast(Tensor.ones(4))),
+        # a replay checks its header too: rank 0 replays the captured all_reduce of 4, rank 1 runs one of 5
+        ("replay", lambda: summed(Tensor.ones(4).contiguous()) if r == 0 else dist.all_reduce(Tensor.ones(5))),
     )
     for what, run in cases:
         try:

@@ -68,6 +68,8 @@ class TestAcrossProcesses:
             assert dtype and "(4,) float32" in dtype.group(1) and "(4,) int32" in dtype.group(1)
             kind = re.search(rf"MISMATCH kind rank {r}: (.*)", proc.stdout)
             assert kind and "(all_reduce)" in kind.group(1) and "(broadcast)" in kind.group(1)
+            replay = re.search(rf"MISMATCH replay rank {r}: (.*)", proc.stdout)
+            assert replay and "rank 0 has (4,) float32" in replay.group(1) and "rank 1 has (5,)" in replay.group(1)
 
     @pytest.mark.parametrize(
         "victim, how, extra",
@@ -164,3 +166,65 @@ def test_importing_distributed_imports_no_mpi() -> None:
     code = "import sys, tinycore.distributed; print('mpi4py' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_average_gradients_adds_only_the_collective_to_a_captured_step() -> None:
+    """A TinyJit training step with `average_gradients` runs the kernels of the step without it (the same kernels:
+    the gradients' matmuls keep their tiling when they write into the bucket) plus one collective per bucket, and the
+    same work: the loss it returns after ``opt.step()`` is computed with the gradients, not by a second forward pass
+    after the update. Results are the same (a group of one process: the mean of one rank is its own gradient)."""
+    from tinycore import TinyJit, nn
+    from tinycore.helpers import GlobalCounters
+    from tinycore.nn.state import get_parameters
+
+    def train(average: bool, bucket_mb: float = 25.0) -> tuple[list[float], int, list[str], list[np.ndarray]]:
+        Tensor.manual_seed(0)
+        l1, l2 = nn.Linear(16, 32), nn.Linear(32, 4)
+        params = get_parameters([l1, l2])
+        Tensor.realize(*params)
+        opt = nn.optim.SGD(params, lr=0.1)
+
+        @TinyJit
+        @Tensor.train()
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            opt.zero_grad()
+            loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+            loss.backward()
+            if average:
+                dist.average_gradients(params, bucket_mb=bucket_mb)
+            opt.step()
+            return loss.realize()
+
+        rng = np.random.default_rng(0)
+        losses, ops = [], 0
+        for i in range(4):
+            x = Tensor(rng.standard_normal((8, 16)).astype(np.float32))
+            y = Tensor(rng.integers(0, 4, 8).astype(np.int32))
+            GlobalCounters.reset()
+            losses.append(step(x, y).item())
+            ops = GlobalCounters.global_ops if i == 0 else ops  # the first call runs eagerly
+        assert step.captured is not None
+        # kernel names say each kernel's shape and optimizations; "n1", "n2" only number equal names apart
+        kernels = sorted(re.sub(r"n\d+$", "", item.runner.display_name) for item in step.captured.items)
+        return losses, ops, kernels, [p.numpy() for p in params]
+
+    dist.shutdown()
+    try:
+        dist.init(mpi=False)
+        alone, ops_alone, kernels_alone, params_alone = train(False)
+        # one bucket; then buckets of at most 1 KB: [weight 1] and [bias 1, weight 2, bias 2]
+        runs = [
+            (train(True), ["all_reduce sum (676,)"]),
+            (train(True, 0.001), ["all_reduce sum (164,)", "all_reduce sum (512,)"]),
+        ]
+    finally:
+        dist.shutdown()
+    # the division by the world size is the only new work (one op per gradient element); the forward's matmuls
+    # again would add 2 * 8 * (16 * 32 + 32 * 4) = 10240
+    grads = 16 * 32 + 32 + 32 * 4 + 4
+    for (averaged, ops_averaged, kernels, params_averaged), collectives in runs:
+        assert kernels == sorted(kernels_alone + collectives)
+        assert ops_alone < ops_averaged <= ops_alone + 2 * grads, (ops_alone, ops_averaged)
+        np.testing.assert_allclose(averaged, alone, rtol=1e-6)
+        for a, b in zip(params_averaged, params_alone):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -13,7 +13,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tinycore.distributed.backend import REDUCE_OPS, np_name
-from tinycore.distributed.group import DEFAULT_TIMEOUT, DistributedError, LaunchInfo, ProcessGroup, launch_info
+from tinycore.distributed.group import (
+    DEFAULT_TIMEOUT,
+    DistributedError,
+    LaunchInfo,
+    ProcessGroup,
+    header_fields,
+    launch_info,
+)
 from tinycore.engine.exec_item import Runner
 from tinycore.renderer import Estimates
 
@@ -148,6 +155,7 @@ class CollectiveRunner(Runner):
             nbytes *= d
         what = op if op is not None else f"root {root}" if root is not None else ""
         super().__init__(f"{kind} {what} {shape}".replace("  ", " "), device, Estimates(lds=nbytes, mem=nbytes))
+        self._header: tuple[ProcessGroup, Any, bytes] | None = None  # (group, its backend, encoded header fields)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return CollectiveRunner, (self.kind, self.device, self.dtype, self.shape, self.op, self.root)
@@ -156,15 +164,20 @@ class CollectiveRunner(Runner):
         """Check the headers across ranks, then run the backend on ``bufs[0] <- bufs[1]``."""
         start = time.perf_counter()
         group = get_group()
-        backend = group.backend_for(self.device)
-        call = group.begin(
-            self.kind,
-            shape=list(self.shape),
-            dtype=np_name(self.dtype),
-            op=self.op,
-            root=self.root,
-            backend=backend.name,
-        )
+        header = self._header
+        if header is None or header[0] is not group:  # encoded once per group: a replay sends the same header
+            backend = group.backend_for(self.device)
+            fields = header_fields(
+                self.kind,
+                shape=list(self.shape),
+                dtype=np_name(self.dtype),
+                op=self.op,
+                root=self.root,
+                backend=backend.name,
+            )
+            header = self._header = (group, backend, fields)
+        _, backend, fields = header
+        call = group.begin_encoded(self.kind, fields)
         out, inp = bufs
         if inp.size:
             if self.kind == "all_reduce":

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from tinycore.distributed.collectives import all_reduce, broadcast, get_group
 
 if TYPE_CHECKING:
+    from tinycore.device import Buffer
     from tinycore.tensor import Tensor
+    from tinycore.uop.ops import UOp
 
 __all__ = ["DistributedSampler", "average_gradients", "broadcast_parameters"]
 
@@ -23,7 +25,9 @@ def average_gradients(params: Iterable[Tensor], bucket_mb: float = DEFAULT_BUCKE
     Bucketed: the gradients of one device and dtype are flattened into one tensor of up to `bucket_mb` megabytes
     (in parameter order) and reduced with one `all_reduce`, so a model of many small tensors costs a few collectives,
     not one per tensor; each ``.grad`` becomes a lazy view of its bucket divided by the world size (the division
-    fuses into the optimizer's kernels). Works eagerly and inside `TinyJit`: a captured training step replays its
+    fuses into the optimizer's kernels). The gradients of every bucket are computed in one schedule together with the
+    live values that read the parameters (the loss the step returns), so the forward and backward passes run once,
+    as they do without averaging. Works eagerly and inside `TinyJit`: a captured training step replays its
     collectives. Parameters without a gradient are skipped; every rank must pass the same parameters in the same
     order (a mismatch is a `CollectiveMismatchError`).
     """
@@ -44,7 +48,10 @@ def average_gradients(params: Iterable[Tensor], bucket_mb: float = DEFAULT_BUCKE
         if lists[-1] and size + p.grad.numel() * p.grad.dtype.itemsize > limit:
             lists.append([])
         lists[-1].append(p)
-    count = 0
+    bucketed = [p for lists in buckets.values() for bucket in lists for p in bucket]
+    grad_uops = {p.grad.uop for p in bucketed}  # type: ignore[union-attr]
+    filled: list[tuple[list[Tensor], Tensor]] = []  # (a bucket's parameters, its buffer)
+    writes: list[Tensor] = []
     for lists in buckets.values():
         for bucket in lists:
             grads = [p.grad for p in bucket]
@@ -53,20 +60,61 @@ def average_gradients(params: Iterable[Tensor], bucket_mb: float = DEFAULT_BUCKE
             first = grads[0]
             assert first is not None
             buf = Tensor.empty(sum(g.numel() for g in grads), device=first.device, dtype=first.dtype)  # type: ignore[union-attr]
-            writes, offset = [], 0
+            offset = 0
             for g in grads:
                 size = g.numel()  # type: ignore[union-attr]
-                writes.append(buf[offset : offset + size].assign(g.reshape(-1)))  # type: ignore[union-attr]
+                # the slice is viewed in the gradient's shape: a matmul's kernel then keeps its 2-d tiling (written
+                # through a flat view it ran 2-4x slower)
+                writes.append(buf[offset : offset + size].reshape(g.shape).assign(g))  # type: ignore[union-attr]
                 offset += size
-            Tensor.realize(*writes)
-            total = all_reduce(buf, "sum")
-            count += 1
-            offset = 0
-            for p, g in zip(bucket, grads):
-                size = g.numel()  # type: ignore[union-attr]
-                p.grad = (total[offset : offset + size] / n).reshape(g.shape).cast(g.dtype)  # type: ignore[union-attr]
-                offset += size
+            filled.append((bucket, buf))
+    # every bucket in one schedule, with what else reads the parameters (the loss...): the backward's shared work
+    # runs once, and the optimizer's write doesn't repeat the forward pass to compute the loss (measured +40%/step)
+    _realize_with_readers(writes, _param_buffers(bucketed), grad_uops)
+    count = 0
+    for bucket, buf in filled:
+        total = all_reduce(buf, "sum")
+        count += 1
+        offset = 0
+        for p in bucket:
+            g = p.grad
+            size = g.numel()  # type: ignore[union-attr]
+            p.grad = (total[offset : offset + size] / n).reshape(g.shape).cast(g.dtype)  # type: ignore[union-attr]
+            offset += size
     return count
+
+
+def _param_buffers(params: Iterable[Tensor]) -> list[Buffer]:
+    """The buffers behind the realized parameters among `params` (a lazy parameter has none yet)."""
+    from tinycore.engine.realized import buffer_of
+    from tinycore.uop.ops import GroupOp, Ops
+
+    out: dict[int, Buffer] = {}
+    for p in params:
+        base = p.uop
+        while base.op in GroupOp.Movement:
+            base = base.src[0]
+        if base.op is Ops.BUFFER:
+            buf = buffer_of(base).base
+            out.setdefault(id(buf), buf)
+    return list(out.values())
+
+
+def _realize_with_readers(writes: list[Tensor], params: list[Buffer], skip: set[UOp]) -> None:
+    """Realize `writes` in one schedule with the live lazy values that read the buffers `params` (which the
+    optimizer is about to write: the engine would compute those values then, before the write, sharing nothing
+    with these kernels), except the values `skip` (the gradients: they go into the bucket, not buffers of their own)."""
+    from tinycore.engine.schedule import readers_of
+    from tinycore.tensor import Tensor
+
+    readers = readers_of(params, [w.uop for w in writes]) if params else None
+    if readers is None:
+        Tensor.realize(*writes)
+        return
+    uops, deliver = readers
+    values = {u: Tensor(u) for u in uops if u not in skip}
+    Tensor.realize(*writes, *values.values())
+    deliver([values[u].uop if u in values else None for u in uops])
 
 
 def broadcast_parameters(params: Iterable[Tensor], root: int = 0) -> None:

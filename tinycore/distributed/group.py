@@ -37,6 +37,7 @@ __all__ = [
     "DistributedError",
     "LaunchInfo",
     "ProcessGroup",
+    "header_fields",
     "launch_info",
 ]
 
@@ -186,6 +187,12 @@ class ProcessGroup:
         self.broken: str | None = None
         self._backends: dict[str, Any] = {}
         self._header = bytearray(HEADER_BYTES)
+        # the buffers of the header exchange, reused by every collective: rank 0's receives (made on first use), the
+        # verdict "all agree" it sends (never written), the verdict the others receive into
+        self._received: dict[int, Any] | None = None
+        import numpy as np
+
+        self._agreed, self._verdict = np.zeros(HEADER_BYTES, np.uint8), np.empty(HEADER_BYTES, np.uint8)
         if not _groups:
             atexit.register(_leave_without_finalize)
         _groups.append(self)
@@ -225,6 +232,11 @@ class ProcessGroup:
     def begin(self, kind: str, **fields: Any) -> CollectiveCall:
         """Start collective `kind` (header `fields`: shape, dtype, op, root, backend): exchange headers with every
         rank through rank 0 (see the module docstring) and return the `CollectiveCall` the backend runs under."""
+        return self.begin_encoded(kind, header_fields(kind, **fields))
+
+    def begin_encoded(self, kind: str, fields: bytes) -> CollectiveCall:
+        """`begin` with the header's fields encoded once by `header_fields` (a replayed collective's never change:
+        only the sequence number is added on each call)."""
         if self.broken:
             raise DistributedError(
                 f"this process group is broken by an earlier failure ({self.broken.splitlines()[0]}); "
@@ -235,11 +247,12 @@ class ProcessGroup:
         call = CollectiveCall(self, name, self.timeout)
         if self.ctl is None or self.world_size == 1:
             return call
-        header = json.dumps({"seq": self.seq, "kind": kind, **fields}, separators=(",", ":")).encode()
+        header = b'{"seq":%d,%s' % (self.seq, fields)
         if len(header) > HEADER_BYTES:
             raise DistributedError(f"{name}: its header is {len(header)} bytes (a shape with too many dimensions?)")
         buf = self._header
-        buf[:] = header.ljust(HEADER_BYTES, b"\0")
+        buf[: len(header)] = header
+        buf[len(header) :] = bytes(HEADER_BYTES - len(header))
         if self.rank == 0:
             self._check_as_root(call, bytes(buf))
         else:
@@ -250,7 +263,9 @@ class ProcessGroup:
         import numpy as np
 
         MPI, ctl = self.mpi, self.ctl
-        bufs = {r: np.empty(HEADER_BYTES, np.uint8) for r in range(1, self.world_size)}
+        if self._received is None:  # reused: every receive completed (or the group broke) before the next begins
+            self._received = {r: np.empty(HEADER_BYTES, np.uint8) for r in range(1, self.world_size)}
+        bufs = self._received
         reqs = {r: ctl.Irecv([bufs[r], MPI.BYTE], source=r, tag=_TAG_HEADER) for r in bufs}
         pending = set(reqs)
 
@@ -281,18 +296,18 @@ class ProcessGroup:
                 call.name,
                 tuple(missing),
             )
-        else:
+        elif any(b.tobytes() != mine for b in bufs.values()):  # equal headers (the usual case) need no parsing
             theirs = {0: _parse(mine)}
-            theirs.update({r: _parse(bytes(b)) for r, b in bufs.items()})
+            theirs.update({r: _parse(b.tobytes()) for r, b in bufs.items()})
             message = _mismatch(theirs)
             if message:  # every rank learns it at the same point and no data moved: the group stays usable
                 error = CollectiveMismatchError(f"{call.name}: {message}")
-        verdict = (
-            b""
-            if error is None
-            else (b"T" if isinstance(error, CollectiveTimeoutError) else b"M") + str(error).encode()[: HEADER_BYTES - 1]
-        )
-        out = np.frombuffer(verdict.ljust(HEADER_BYTES, b"\0"), np.uint8).copy()
+        if error is None:
+            out = self._agreed
+        else:
+            kind = b"T" if isinstance(error, CollectiveTimeoutError) else b"M"
+            verdict = kind + str(error).encode()[: HEADER_BYTES - 1]
+            out = np.frombuffer(verdict.ljust(HEADER_BYTES, b"\0"), np.uint8).copy()
         sends = [ctl.Isend([out, MPI.BYTE], dest=r, tag=_TAG_VERDICT) for r in bufs if r not in pending]
         if error is not None:
             end = time.monotonic() + 2.0  # small messages go out at once; don't wait long on the dying
@@ -309,7 +324,7 @@ class ProcessGroup:
 
         MPI, ctl = self.mpi, self.ctl
         mine = np.frombuffer(buf, np.uint8)
-        verdict = np.empty(HEADER_BYTES, np.uint8)
+        verdict = self._verdict
         send = ctl.Isend([mine, MPI.BYTE], dest=0, tag=_TAG_HEADER)
         recv = ctl.Irecv([verdict, MPI.BYTE], source=0, tag=_TAG_VERDICT)
         call.deadline += 2.0 + 0.1 * self.timeout  # rank 0 decides first; its verdict names the missing ranks
@@ -375,6 +390,12 @@ class ProcessGroup:
         self.comm = self.ctl = None
         if self in _groups and not self.broken:
             _groups.remove(self)
+
+
+def header_fields(kind: str, **fields: Any) -> bytes:
+    """The fixed part of a collective's header (kind, shape, dtype, op, root, backend) as `ProcessGroup.begin_encoded`
+    takes it: compact JSON after the sequence number (a shape given as a tuple is written as a list)."""
+    return json.dumps({"kind": kind, **fields}, separators=(",", ":")).encode()[1:]
 
 
 def _test_quietly(req: Any) -> bool:

@@ -104,6 +104,7 @@ __all__ = [
     "clear_schedule_cache",
     "create_schedule_with_vars",
     "new_buffer_uop",
+    "readers_of",
     "realized_view",
     "schedule_for_chain",
     "schedule_for_run",
@@ -188,7 +189,8 @@ def schedule_outputs(roots: Sequence[UOp]) -> tuple[list[ScheduleItem], dict[str
     return schedule_items(entry, bufs), walk.var_vals, new_uops
 
 
-ReadersHook = Callable[[list[Buffer], Sequence[UOp]], "tuple[list[UOp], Callable[[list[UOp | None]], None]] | None"]
+ReadersResult = tuple[list[UOp], Callable[[list[UOp | None]], None]] | None
+ReadersHook = Callable[[list[Buffer], Sequence[UOp]], ReadersResult]
 _readers_hook: ReadersHook | None = None
 
 
@@ -199,6 +201,14 @@ def set_readers_hook(hook: ReadersHook | None) -> None:
     scheduler orders every read of a buffer before the write into it, so those values see the old contents."""
     global _readers_hook
     _readers_hook = hook
+
+
+def readers_of(written: list[Buffer], roots: Sequence[UOp]) -> ReadersResult:
+    """What `schedule_for_run` would schedule before a write into the buffers `written`: the live lazy values that
+    read their current contents (not counting `roots`), with the callback that hands those values their new uops once
+    they are computed; None when there are none (or no hook is installed). A caller that knows those buffers are
+    about to be written (a training step's parameters) computes the values early, in one schedule with `roots`."""
+    return None if _readers_hook is None else _readers_hook(written, roots)
 
 
 _realized_data = realized_table.data
