@@ -159,9 +159,6 @@ class DeviceRegistry:
 Device = DeviceRegistry()
 
 
-Device = DeviceRegistry()
-
-
 def _device_lookup(name: str) -> Compiled:
     """The opened `Compiled` device for `name` (through the registry; tests may replace this function)."""
     return Device[name]
