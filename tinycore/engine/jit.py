@@ -651,7 +651,7 @@ class CapturedJit:
         """The return value of a replay, rebuilt around the program's buffers (and this call's input units: the
         uops of the input tensors, of each shard for a sharded one); symbolic shapes are bound to `var_vals`."""
         if self._single is not None:
-            return _wrap_tensor(*self._single)
+            return _FrontEnd.wrap(*self._single)  # type: ignore[misc]  # (`_wrap_tensor` inlined: the replay path)
 
         def unit_output(part: _Output) -> UOp:
             if part.input_pos is not None:
@@ -984,45 +984,42 @@ class TinyJit(Generic[ReturnType]):
         # records every realize and leaves buffers unfilled until it ends, and replays share the scheduler's tables
         _lock_acquire()  # not `with`: a replay is a hot path, and acquire/release cost half as much
         try:
-            return self._call(args, kwargs)
+            if _capturing:
+                raise JitError(
+                    f"TinyJit {self._name()} was called while TinyJit {_capturing[-1]._name()} is capturing: nested "
+                    "TinyJits are not supported (call the inner function undecorated)"
+                )
+            if not JIT:
+                assert self.fn is not None, "a TinyJit built from a captured program can't run eagerly"
+                return self.fn(*args, **kwargs)
+            captured = self.captured
+            if captured is not None and not kwargs:
+                tokens = captured._last_tokens
+                if tokens is not None and len(tokens) == len(args):
+                    for arg, token in zip(args, tokens):
+                        if _arg_token(arg) is not token:
+                            break
+                    else:  # the very same inputs (buffers, views, variable values) as the last replay
+                        self.cnt += 1
+                        return captured.replay_unchanged(args)
+            tensors, keys, var_vals = _inputs_of(args, kwargs)
+            _realize_inputs(tensors)
+            if self.cnt >= 2 and self.captured is not None:
+                return self._replay(args, kwargs, tensors, keys, var_vals)
+            if self.cnt == 0:
+                assert self.fn is not None
+                ret, writes = _run_recording_assigns(self.fn, args, kwargs)
+                outs: list[Any] = []
+                _flatten_ret(ret, outs, "the return value")
+                if outs or writes:
+                    _tensor_class().realize(*outs, *writes)
+                self.cnt = 1
+                return ret
+            ret = self._capture(args, kwargs, tensors, keys, var_vals)
+            self.cnt = 2
+            return ret
         finally:
             _lock_release()
-
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReturnType:
-        if _capturing:
-            raise JitError(
-                f"TinyJit {self._name()} was called while TinyJit {_capturing[-1]._name()} is capturing: nested "
-                "TinyJits are not supported (call the inner function undecorated)"
-            )
-        if not JIT:
-            assert self.fn is not None, "a TinyJit built from a captured program can't run eagerly"
-            return self.fn(*args, **kwargs)
-        captured = self.captured
-        if captured is not None and not kwargs:
-            tokens = captured._last_tokens
-            if tokens is not None and len(tokens) == len(args):
-                for arg, token in zip(args, tokens):
-                    if _arg_token(arg) is not token:
-                        break
-                else:  # the very same inputs (buffers, views, variable values) as the last replay
-                    self.cnt += 1
-                    return captured.replay_unchanged(args)
-        tensors, keys, var_vals = _inputs_of(args, kwargs)
-        _realize_inputs(tensors)
-        if self.cnt >= 2 and self.captured is not None:
-            return self._replay(args, kwargs, tensors, keys, var_vals)
-        if self.cnt == 0:
-            assert self.fn is not None
-            ret, writes = _run_recording_assigns(self.fn, args, kwargs)
-            outs: list[Any] = []
-            _flatten_ret(ret, outs, "the return value")
-            if outs or writes:
-                _tensor_class().realize(*outs, *writes)
-            self.cnt = 1
-            return ret
-        ret = self._capture(args, kwargs, tensors, keys, var_vals)
-        self.cnt = 2
-        return ret
 
     def _name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))

@@ -974,7 +974,7 @@ class Tensor(
             import numpy as np
 
             return np.zeros(self.shape, dtype=dtypes.to_np(self.dtype))
-        if self.dtype in FP8S:
+        if self.dtype.itemsize == 1 and self.dtype in FP8S:
             from tinycore.dtype import fp8_decode_np
 
             return fp8_decode_np(self.bitcast(dtypes.uint8).numpy(), self.dtype)
@@ -1165,7 +1165,7 @@ class Tensor(
 
     def _binop_general(self, op: Ops, y: Any, reverse: bool) -> Tensor:
         x, y = self._broadcasted(y, reverse)
-        if x.dtype in FP8S and op is not Ops.CMPNE and op is not Ops.CMPEQ:
+        if x.dtype.itemsize == 1 and x.dtype in FP8S and op is not Ops.CMPNE and op is not Ops.CMPEQ:
             raise _fp8_refused(x.dtype, op.name.lower())
         a, b = x.uop, y.uop
         return _wrap(
@@ -1176,7 +1176,7 @@ class Tensor(
         )
 
     def _unop(self, op: Ops) -> Tensor:
-        if self.dtype in FP8S:
+        if self.dtype.itemsize == 1 and self.dtype in FP8S:
             raise _fp8_refused(self.dtype, op.name.lower())
         return _wrap(self.uop.alu(op), self.device, self._shape, self._requires_grad)
 
@@ -1212,7 +1212,7 @@ class Tensor(
                 return q.trunc() if rounding_mode == "trunc" else q.floor()
             return a.idiv(b) if rounding_mode == "trunc" else a // b
         a, b = self._broadcasted(x, reverse)
-        if a.dtype in FP8S:
+        if a.dtype.itemsize == 1 and a.dtype in FP8S:
             raise _fp8_refused(a.dtype, "div")
         dt = least_upper_float(a.dtype)
         grad = _grad_of2(a._requires_grad, b._requires_grad)
@@ -1278,7 +1278,7 @@ class Tensor(
 
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
-        if a.dtype in FP8S:
+        if a.dtype.itemsize == 1 and a.dtype in FP8S:
             raise _fp8_refused(a.dtype, f"bitwise {op.name.lower()}")
         if dtypes.is_float(a.dtype):
             raise BitwiseDtypeError(f"bitwise {op.name} needs integer or bool tensors, got {a.dtype}")
@@ -1662,7 +1662,7 @@ class Tensor(
         return () if self.ndim == 0 else checked  # a 0-d tensor takes dim 0 or -1, as in torch: nothing to reduce
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
-        if self.dtype in FP8S:
+        if self.dtype.itemsize == 1 and self.dtype in FP8S:
             raise _fp8_refused(self.dtype, f"reduce {op.name.lower()}")
         axes = self._reduce_axes(axis)
         if self.ndim == 0:
