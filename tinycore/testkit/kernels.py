@@ -176,3 +176,26 @@ def check_case_result(name: str, got: np.ndarray, want: np.ndarray, exact_exp: b
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
     else:
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def run_item_on_device(device: Any, item: Any, opts: Any, var_vals: dict[str, int]) -> tuple[bytearray, Any]:
+    """Lower the `ScheduleItem` `item` (scheduled on ``PYTHON``) for the opened `device`'s renderer with `opts`,
+    compile it with the device's compiler, run it on device copies of the item's input buffers and return ``(the
+    first output's bytes, the program)``. For on-device tests of a plugin: the kernel core would run there, checked
+    against the reference device's result."""
+    from tinycore.sdk import Buffer
+
+    program = get_program(item.ast, device.renderer, opts)
+    lib = device.compiler.compile_cached(device.renderer.render(program.uops, program.function_name))
+    outputs = len(item.outputs)
+    bufs = []
+    for index, buf in enumerate(item.bufs):
+        on_device = Buffer(device.device, buf.size, buf.dtype).allocate()
+        if index >= outputs:
+            on_device.copyin(memoryview(bytearray(buf.as_buffer())))
+        bufs.append(on_device)
+    global_size, local_size = program.launch_dims(var_vals)
+    kernel = device.runtime(program.function_name, lib)
+    kernel(*(b.opaque for b in bufs), global_size=global_size, local_size=local_size,
+           vals=program.var_values(var_vals), wait=True)  # fmt: skip
+    return bytearray(bufs[0].as_buffer()), program

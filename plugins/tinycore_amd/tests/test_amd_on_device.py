@@ -12,11 +12,10 @@ import pytest
 pytest.importorskip("tinycore_amd", reason="tinycore-amd is not installed (pip install -e plugins/tinycore_amd)")
 from tinycore_amd import plugin  # noqa: E402
 
-from tinycore.codegen import get_program  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.tensor import Tensor  # noqa: E402
-from tinycore.testkit.kernels import check_case_result, kernel_cases  # noqa: E402
+from tinycore.testkit.kernels import check_case_result, kernel_cases, run_item_on_device  # noqa: E402
 
 _PROBE = plugin.probe()
 pytestmark = [
@@ -33,27 +32,6 @@ def amd():
     return Device["AMD"]
 
 
-def _run_on_gpu(amd, item, opts, var_vals) -> tuple[bytearray, object]:
-    """Lower `item` for the GPU's renderer, compile it, run it on copies of its PYTHON buffers: (output bytes, the
-    program)."""
-    from tinycore.sdk import Buffer
-
-    program = get_program(item.ast, amd.renderer, opts)
-    lib = amd.compiler.compile_cached(amd.renderer.render(program.uops, program.function_name))
-    outputs = len(item.outputs)
-    bufs = []
-    for index, buf in enumerate(item.bufs):
-        gpu = Buffer(amd.device, buf.size, buf.dtype).allocate()
-        if index >= outputs:
-            gpu.copyin(memoryview(bytearray(buf.as_buffer())))
-        bufs.append(gpu)
-    global_size, local_size = program.launch_dims(var_vals)
-    prg = amd.runtime(program.function_name, lib)
-    prg(*(b.opaque for b in bufs), global_size=global_size, local_size=local_size,
-        vals=program.var_values(var_vals), wait=True)  # fmt: skip
-    return bytearray(bufs[0].as_buffer()), program
-
-
 @pytest.mark.parametrize("name", sorted(kernel_cases()))
 def test_every_kernel_of_the_suite_runs_to_the_reference_result(amd, name: str) -> None:
     build, opts, used = kernel_cases()[name]
@@ -61,7 +39,7 @@ def test_every_kernel_of_the_suite_runs_to_the_reference_result(amd, name: str) 
         pytest.skip(f"{name}: the AMD renderer has no {sorted(d.name for d in used - amd.renderer.supported_dtypes)}")
     items, var_vals = build().schedule_with_vars()
     (item,) = [i for i in items if i.ast is not None]
-    out, _ = _run_on_gpu(amd, item, opts, var_vals)
+    out, _ = run_item_on_device(amd, item, opts, var_vals)
     want = build().numpy()
     got = np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape)
     check_case_result(name, got, want, exact_exp=False)
@@ -78,7 +56,7 @@ def test_the_matrix_instructions_have_the_declared_layout(amd, din) -> None:
     out = a.cast(dtypes.float32) @ b.cast(dtypes.float32)
     (item,) = [i for i in out.schedule() if i.ast is not None]
     index = [tc.dtype_in for tc in amd.renderer.tensor_cores].index(din)
-    raw, program = _run_on_gpu(amd, item, [Opt(OptOps.TC, 0, index)], {})
+    raw, program = run_item_on_device(amd, item, [Opt(OptOps.TC, 0, index)], {})
     assert any(u.op.name == "WMMA" for u in program.uops)
     want = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
     got = np.frombuffer(bytes(raw), dtype=np.float32)[: want.size].reshape(want.shape)

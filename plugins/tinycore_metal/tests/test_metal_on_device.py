@@ -13,11 +13,10 @@ pytest.importorskip("tinycore_metal", reason="tinycore-metal is not installed (p
 from tinycore_metal import plugin  # noqa: E402
 from tinycore_metal.renderer import METAL_TENSOR_CORES  # noqa: E402
 
-from tinycore.codegen import get_program  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.tensor import Tensor  # noqa: E402
-from tinycore.testkit.kernels import check_case_result, kernel_cases  # noqa: E402
+from tinycore.testkit.kernels import check_case_result, kernel_cases, run_item_on_device  # noqa: E402
 
 _PROBE = plugin.probe()
 pytestmark = [
@@ -34,26 +33,6 @@ def metal():
     return Device["METAL"]
 
 
-def _run_on_gpu(metal, item, opts, var_vals) -> tuple[np.ndarray, list[bytearray]]:
-    """Lower `item` for the GPU's renderer, compile it, run it on copies of its PYTHON buffers: (output bytes, all)."""
-    from tinycore.sdk import Buffer
-
-    program = get_program(item.ast, metal.renderer, opts)
-    lib = metal.compiler.compile_cached(metal.renderer.render(program.uops, program.function_name))
-    outputs = len(item.outputs)
-    bufs = []
-    for index, buf in enumerate(item.bufs):
-        gpu = Buffer(metal.device, buf.size, buf.dtype).allocate()
-        if index >= outputs:
-            gpu.copyin(memoryview(bytearray(buf.as_buffer())))
-        bufs.append(gpu)
-    global_size, local_size = program.launch_dims(var_vals)
-    prg = metal.runtime(program.function_name, lib)
-    prg(*(b.opaque for b in bufs), global_size=global_size, local_size=local_size,
-        vals=program.var_values(var_vals), wait=True)  # fmt: skip
-    return bytearray(bufs[0].as_buffer()), program
-
-
 @pytest.mark.parametrize("name", sorted(kernel_cases()))
 def test_every_kernel_of_the_suite_runs_to_the_reference_result(metal, name: str) -> None:
     build, opts, used = kernel_cases()[name]
@@ -61,7 +40,7 @@ def test_every_kernel_of_the_suite_runs_to_the_reference_result(metal, name: str
         pytest.skip(f"{name}: Metal has no {sorted(d.name for d in used - metal.renderer.supported_dtypes)}")
     items, var_vals = build().schedule_with_vars()
     (item,) = [i for i in items if i.ast is not None]
-    out, _ = _run_on_gpu(metal, item, opts, var_vals)
+    out, _ = run_item_on_device(metal, item, opts, var_vals)
     want = build().numpy()
     got = np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape)
     check_case_result(name, got, want)
@@ -76,7 +55,7 @@ def test_simdgroup_matrices_have_the_declared_layout(metal, din) -> None:
     out = a @ b if din == dtypes.float32 else a.cast(dtypes.float32) @ b.cast(dtypes.float32)
     (item,) = [i for i in out.schedule() if i.ast is not None]
     index = [tc.dtype_in for tc in METAL_TENSOR_CORES].index(din)
-    raw, program = _run_on_gpu(metal, item, [Opt(OptOps.TC, 0, index)], {})
+    raw, program = run_item_on_device(metal, item, [Opt(OptOps.TC, 0, index)], {})
     assert any(u.op.name == "WMMA" for u in program.uops)
     want = a.cast(dtypes.float32).numpy() @ b.cast(dtypes.float32).numpy()
     got = np.frombuffer(bytes(raw), dtype=np.float32)[: want.size].reshape(want.shape)
