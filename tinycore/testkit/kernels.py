@@ -183,7 +183,7 @@ def run_item_on_device(device: Any, item: Any, opts: Any, var_vals: dict[str, in
     compile it with the device's compiler, run it on device copies of the item's input buffers and return ``(the
     first output's bytes, the program)``. For on-device tests of a plugin: the kernel core would run there, checked
     against the reference device's result."""
-    from tinycore.sdk import Buffer
+    from tinycore.device import Buffer
 
     program = get_program(item.ast, device.renderer, opts)
     lib = device.compiler.compile_cached(device.renderer.render(program.uops, program.function_name))
