@@ -63,3 +63,21 @@ def test_register_blocked_kernels_use_the_targets_registers_and_never_spill(
         if workload == "matmul":  # the tile holds about half the register file as accumulators
             accumulators = len(set(re.findall(rf"vfmadd231ps\s[^\n]*%({register}\d+)$", asm, re.M)))
             assert count // 2 <= accumulators <= count * 3 // 4, (name, arch, accumulators)
+
+
+@pytest.mark.parametrize("arch, vectors", [("haswell", 1), ("skylake-avx512", 2)])
+def test_a_convolution_row_takes_two_vectors_with_32_registers(arch: str, vectors: int) -> None:
+    """A 3x3 convolution's 56 output columns: AVX2 (16 registers) takes one 8-lane vector per tile row (56 = 7 x 8),
+    AVX-512 (32 registers) two 16-lane vectors (overlapping tiles of 32 columns; half the weight broadcasts per FMA)."""
+    from tinycore.codegen import get_kernel
+    from tinycore.codegen.heuristic import hand_coded_optimizations
+    from tinycore.codegen.kernel import OptOps
+
+    renderer = LLVMRenderer(arch=arch, threads=2, typed_pointers=False)
+    lanes = renderer.vector_bytes // 4
+    (item,) = [i for i in WORKLOADS["conv"]().schedule() if i.ast is not None and len(i.ast.toposort()) > 20]
+    k = get_kernel(item.ast, renderer)
+    hand_coded_optimizations(k)
+    overlap = [o.arg[0] for o in k.applied_opts if o.op is OptOps.OVERLAP]
+    column_lanes = overlap[0] if overlap else k.applied_opts[0].arg  # the column axis is upcast first
+    assert column_lanes == vectors * lanes, k.applied_opts
