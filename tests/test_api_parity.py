@@ -487,19 +487,86 @@ def test_from_uop_blob_url_and_fetch(tmp_path, monkeypatch) -> None:
         tinycore.fetch(str(tmp_path / "missing"))
 
 
-@pytest.mark.parametrize("cfg", ["sha3_224", "sha3_256", "sha3_512"])
-def test_keccak(cfg: str) -> None:
-    rows = [b"", b"abc", bytes(range(200))]
-    data = np.zeros((3, 200), dtype=np.uint8)
-    for i, r in enumerate(rows[1:], 1):
-        data[i, : len(r)] = np.frombuffer(r, np.uint8)
-    out = Tensor(data).keccak(cfg).numpy()
-    for i in range(3):
-        assert out[i].tobytes() == getattr(hashlib, cfg)(data[i].tobytes()).digest()
+@pytest.mark.parametrize("cfg", ["sha3_224", "sha3_256", "sha3_384", "sha3_512", "shake_128", "shake_256"])
+def test_keccak_named(cfg: str) -> None:
+    rate = {"sha3_224": 144, "sha3_256": 136, "sha3_384": 104, "sha3_512": 72, "shake_128": 168, "shake_256": 136}
+    for length in (0, 1, rate[cfg] - 1, rate[cfg], rate[cfg] + 1, 400):
+        data = np.random.default_rng(length).integers(0, 256, (3, length), dtype=np.uint8)
+        out = Tensor(data).keccak(cfg).numpy()
+        assert out.shape == (3, (200 - rate[cfg]) // 2) and out.dtype == np.uint8
+        for i in range(3):
+            h = hashlib.new(cfg, data[i].tobytes())
+            want = h.digest((200 - rate[cfg]) // 2) if cfg.startswith("shake") else h.digest()
+            assert out[i].tobytes() == want, (cfg, length, i)
+
+
+def test_keccak_any_sponge_and_dtype() -> None:
+    from tinycore.frontend.keccak import keccak_rows
+
+    # a (rate, dsbyte) pair: the numpy permutation, checked against hashlib's SHA3-256 and SHAKE128 (same sponges)
+    data = np.random.default_rng(0).integers(0, 256, (4, 300), dtype=np.uint8)
+    assert Tensor(data).keccak((136, 0x06)).numpy().tobytes() == Tensor(data).keccak("sha3_256").numpy().tobytes()
+    for rate, dsbyte, name in ((136, 0x06, "sha3_256"), (168, 0x1F, "shake_128"), (72, 0x06, "sha3_512")):
+        got = keccak_rows(data, rate, dsbyte)
+        for i in range(4):
+            h = hashlib.new(name, data[i].tobytes())
+            assert got[i].tobytes() == (h.digest(16) if name == "shake_128" else h.digest())
+    # a sponge hashlib lacks runs on numpy: Keccak-256 as Ethereum uses it (dsbyte 0x01), a known digest
+    empty = Tensor(np.zeros((1, 0), dtype=np.uint8)).keccak((136, 0x01)).numpy()[0].tobytes().hex()
+    assert empty == "c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470"
+    # any dtype: the bytes of each row as stored, batched over leading dims; a non-contiguous view hashes its values
+    x = Tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    out = x.keccak().numpy()
+    assert out.shape == (2, 3, 32)
+    assert out[1, 2].tobytes() == hashlib.sha3_256(np.arange(20, 24, dtype=np.float32).tobytes()).digest()
+    t = x.permute(2, 1, 0).contiguous().numpy()
+    assert x.permute(2, 1, 0).keccak().numpy()[3, 1].tobytes() == hashlib.sha3_256(t[3, 1].tobytes()).digest()
+    bf = Tensor([1.0, 2.0], dtype=dtypes.bfloat16).keccak().numpy()
+    assert bf.tobytes() == hashlib.sha3_256(bytes([0x80, 0x3F, 0x00, 0x40])).digest()
     with pytest.raises(ValueError, match="cfg"):
         Tensor(data).keccak("md5")
-    with pytest.raises(TypeError, match="uint8"):
-        Tensor([1.0]).keccak()
+    with pytest.raises(ValueError, match="rate"):
+        Tensor(data).keccak((100, 6))
+
+
+def _tree_hash_spec(data: bytes) -> bytes:
+    """tinygrad's content hash written out from its description: shake_128 over 4 KiB blocks, then over the 256
+    block hashes of each 1 MiB chunk, level by level."""
+
+    def level(buf: bytes) -> bytes:
+        buf += bytes(-len(buf) % (1 << 20))
+        out = b""
+        for c in range(0, len(buf), 1 << 20):
+            blocks = b"".join(hashlib.shake_128(buf[b : b + 4096]).digest(16) for b in range(c, c + (1 << 20), 4096))
+            out += hashlib.shake_128(blocks).digest(16)
+        return out
+
+    buf = level(data or bytes(1 << 20))
+    while len(buf) > 16:
+        buf = level(buf)
+    return buf
+
+
+# Tensor(x).hash() as tinygrad 0.11.0 computes it (CPU device), for the data these tests build
+TINYGRAD_HASHES = {}
+
+
+@pytest.mark.parametrize("n", [0, 1, 5000, (1 << 20) + 3])
+def test_hash(n: int) -> None:
+    data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    got = Tensor(data).hash()
+    assert got.shape == (16,) and got.dtype == dtypes.uint8
+    assert got.numpy().tobytes() == _tree_hash_spec(data.tobytes())
+    if n in TINYGRAD_HASHES:
+        assert got.numpy().tobytes().hex() == TINYGRAD_HASHES[n]
+
+
+def test_hash_of_values_not_layout() -> None:
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert a.hash().numpy().tobytes() == _tree_hash_spec(np.arange(12, dtype=np.float32).tobytes())
+    assert a.T.hash().numpy().tobytes() == a.T.contiguous().hash().numpy().tobytes()
+    assert a.hash().numpy().tobytes() != a.T.hash().numpy().tobytes()
+    assert a.hash().numpy().tobytes() != (a + 0.5).hash().numpy().tobytes()
 
 
 # ----- dtypes

@@ -36,12 +36,9 @@ EXCLUDED: dict[str, str] = {
     "Tensor.image_conv2d": "tinygrad's IMAGE=1 path for Qualcomm GPUs' image textures; tinycore has no image dtypes",
     "Tensor.image_dot": "tinygrad's IMAGE=1 path (see image_conv2d)",
     "Tensor.llvm_bf16_cast": "a workaround for tinygrad's LLVM backend; tinycore's renderers cast bfloat16 natively",
-    "Tensor.hash": "tinygrad's content hash is a tree of Keccak hashes over its own chunking of the buffer; a "
-    "different hash would look compatible and not be: left out (use Tensor.keccak)",
-    "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val); "
-    "its default dtype stays dtypes.index (tinygrad's: dtypes.int): shape and index arithmetic is typed "
-    "dtypes.index and refuses mixed dtypes, so an int32 Variable in a shape raises TypeError (Ops.MUL of mismatched "
-    "dtypes index and int); tinygrad 0.11 has no index dtype",
+    "Variable": "tinycore's Variable is a class called with the same positional arguments (name, min_val, max_val, "
+    "dtype); its default dtype is dtypes.index (tinygrad's: dtypes.int; tinygrad 0.11 has no index dtype). A variable "
+    "made with dtypes.int sizes shapes, shrinks and TinyJit inputs the same (retyped to dtypes.index on the way in)",
     "dtypes.imagef": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
     "dtypes.imageh": "image dtypes exist for tinygrad's IMAGE=1 Qualcomm path only",
 }

@@ -701,3 +701,26 @@ def test_capturing_off_says_so_instead_of_nothing_to_replay() -> None:
         step(x)  # the first call runs eagerly
         with pytest.raises(JitError, match=r"can't capture with CAPTURING=0 .*unset CAPTURING, or set JIT=0"):
             step(x)
+
+
+def test_int32_variable_sizes_a_jit_input_like_tinygrads_default(dev: str) -> None:
+    # tinygrad's Variable defaults to dtypes.int: such a variable sizes shapes as a dtypes.index one does
+    wn = np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32)
+    w = Tensor(wn, device=dev).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x @ w).relu().sum(axis=1)
+
+    data, dn = rand(10, 4, dev=dev, seed=5)
+    data.realize()
+    batch = Variable("batch", 1, 10, dtypes.int32)
+    captures = jit_stats.captures
+    for size in (6, 6, 2, 9, 6):
+        x = data.shrink(((0, batch.bind(size)), None)).reshape(batch.bind(size), 2, 2).reshape(batch.bind(size), 4)
+        assert x.shape[0].dtype == dtypes.index
+        out = f(x)
+        np.testing.assert_allclose(out.shrink(((0, size),)).numpy(), np.maximum(dn[:size] @ wn, 0).sum(1), rtol=1e-5)
+    assert jit_stats.captures == captures + 1
+    with pytest.raises(TypeError, match="symbolic size"):
+        data.reshape(Variable("f", 1, 10, dtypes.float32), 4)

@@ -11,7 +11,6 @@ tinycore differs from tinygrad and what it leaves out.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,9 +21,6 @@ from tinycore.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from tinycore.frontend.tensor import Tensor
-
-_SHA3 = {"sha3_224": hashlib.sha3_224, "sha3_256": hashlib.sha3_256, "sha3_384": hashlib.sha3_384,
-         "sha3_512": hashlib.sha3_512}  # fmt: skip
 
 
 def _tensor_cls() -> type[Tensor]:
@@ -351,17 +347,28 @@ class CompatMixin:
         t = _tensor_cls()(np.frombuffer(data, dtype=np.uint8).copy(), **kwargs)
         return t.cast(dtype) if dtype is not None else t
 
-    def keccak(self: Tensor, cfg: str = "sha3_256") -> Tensor:  # type: ignore[misc]
-        """SHA-3 (``cfg`` one of ``sha3_224/256/384/512``) of the bytes of each row of a uint8 tensor (the last
-        dimension is the message): a uint8 tensor ``(*lead, digest_bytes)``. Computed with `hashlib` on the host
-        (the value is realized); tinygrad builds the Keccak rounds as tensor ops."""
+    def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:  # type: ignore[misc]
+        """Keccak of the bytes of each row (the last dimension, any dtype, as stored): a uint8 tensor
+        ``(*lead, (200 - rate) // 2)``. ``cfg`` is ``sha3_224/256/384/512``, ``shake_128/256`` or a ``(rate,
+        dsbyte)`` pair, as in tinygrad (SHAKE gives ``(200 - rate) // 2`` bytes: 16 for ``shake_128``). Computed on
+        the host (`tinycore.frontend.keccak`; the value is realized); tinygrad builds the rounds as tensor ops."""
         import numpy as np
 
-        if cfg not in _SHA3:
-            raise ValueError(f"keccak: cfg must be one of {sorted(_SHA3)}, got {cfg!r}")
-        if self.dtype != dtypes.uint8:
-            raise TypeError(f"keccak needs a uint8 tensor (bytes), got {self.dtype}")
-        data = self.numpy().reshape(-1, self.shape[-1] if self.ndim else 1)
-        digests = np.array([np.frombuffer(_SHA3[cfg](row.tobytes()).digest(), np.uint8) for row in data])
-        size = _SHA3[cfg]().digest_size
-        return _tensor_cls()(digests.reshape(*self.shape[:-1], size), device=self.device)
+        from tinycore.frontend import keccak as host
+
+        rate, _ = host.sponge_of(cfg)
+        raw = np.frombuffer(self.data(), dtype=np.uint8)
+        rows = raw.reshape(prod(self.shape[:-1]), -1) if self.ndim else raw.reshape(1, -1)
+        digests = host.keccak(rows, cfg)
+        return _tensor_cls()(digests.reshape(*self.shape[:-1], host.digest_size(rate)), device=self.device)
+
+    def hash(self: Tensor) -> Tensor:  # type: ignore[misc]
+        """tinygrad's 16-byte content hash of the tensor's bytes (row-major, as stored): a 1-d uint8 tensor. A tree
+        of ``shake_128`` hashes over 4 KiB blocks and 1 MiB chunks (`tinycore.frontend.keccak.tree_hash`), so equal
+        contents hash equal on every device; computed on the host."""
+        import numpy as np
+
+        from tinycore.frontend import keccak as host
+
+        digest = host.tree_hash(bytes(self.data()))
+        return _tensor_cls()(np.frombuffer(digest, dtype=np.uint8).copy(), device=self.device)

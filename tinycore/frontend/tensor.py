@@ -131,10 +131,16 @@ def _to_dtype(dtype: Any) -> DType:
 
 
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`f(2, 3)` and `f((2, 3))` both mean the shape (2, 3)."""
+    """`f(2, 3)` and `f((2, 3))` both mean the shape (2, 3); symbolic sizes of any integer dtype become
+    `dtypes.index` expressions (`UOp.as_index`)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        return tuple(shape[0])
-    return tuple(shape)
+        shape = tuple(shape[0])
+    return tuple(_index_sint(d) for d in shape)
+
+
+def _index_sint(d: Any) -> Any:
+    """A symbolic size as a `dtypes.index` expression; anything else unchanged."""
+    return d.as_index() if isinstance(d, UOp) and d.dtype != dtypes.index else d
 
 
 def _fmt_shape(shape: Sequence[sint]) -> str:
@@ -1008,6 +1014,8 @@ class Tensor(
 
     def data(self) -> memoryview:
         """The value's bytes, as a memoryview (a copy)."""
+        if isinstance(n := self.numel(), int) and n == 0:
+            return memoryview(b"")
         with REALIZE_LOCK:
             buf, _ = self._buffer_view()
             return buf.as_buffer(allow_zero_copy=False)
@@ -1631,7 +1639,7 @@ class Tensor(
         """Keep ``[start, end)`` of each dimension (None keeps it whole)."""
         if len(arg) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) per dimension ({self.ndim}), got {len(arg)}")
-        bounds = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
+        bounds = tuple((0, s) if a is None else (_index_sint(a[0]), _index_sint(a[1])) for a, s in zip(arg, self.shape))
         for (b, e), s in zip(bounds, self.shape):
             if all_int((b, e, s)) and not 0 <= b <= e <= s:
                 raise ValueError(f"shrink bounds {bounds} out of range for shape {_fmt_shape(self.shape)}")

@@ -1142,6 +1142,26 @@ class UOp(_UOpFields):
             raise TypeError(f"{self.op} has no variable name")
         return self.arg[0]
 
+    def as_index(self) -> UOp:
+        """This integer expression (variables, bindings, constants, arithmetic) retyped to `dtypes.index`, so a
+        variable made with another integer dtype (tinygrad's default is ``dtypes.int``) can size a shape.
+
+        >>> v = UOp.variable("n", 1, 8, dtypes.int32)
+        >>> (v.bind(3) * 2).as_index() is UOp.variable("n", 1, 8).bind(3) * 2
+        True
+        """
+        if self.dtype == dtypes.index:
+            return self
+        retyped: dict[UOp, UOp] = {}
+        for u in self.toposort():
+            if u.op not in (Ops.DEFINE_VAR, Ops.BIND, Ops.CONST) and u.op not in GroupOp.ALU:
+                raise TypeError(f"{u.op} can't be part of a symbolic size; use variables, constants and arithmetic")
+            if not (dtypes.is_int(u.dtype) or u.dtype == dtypes.bool):
+                raise TypeError(f"a symbolic size must be an integer expression, got a {u.dtype} {u.op}")
+            dtype = dtypes.index if dtypes.is_int(u.dtype) else u.dtype
+            retyped[u] = UOp(u.op, dtype, tuple(retyped[s] for s in u.src), u.arg)
+        return retyped[self]
+
     def vars(self) -> set[UOp]:
         """Every DEFINE_VAR and BIND below this node (through sources and symbolic args)."""
         out: set[UOp] = set()
