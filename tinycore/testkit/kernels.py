@@ -199,3 +199,25 @@ def run_item_on_device(device: Any, item: Any, opts: Any, var_vals: dict[str, in
     kernel(*(b.opaque for b in bufs), global_size=global_size, local_size=local_size,
            vals=program.var_values(var_vals), wait=True)  # fmt: skip
     return bytearray(bufs[0].as_buffer()), program
+
+
+def check_case_on_device(device: str, name: str, exact_exp: bool = True) -> None:
+    """Run kernel case `name` on the device named `device` (``"AMD"``, ``"METAL"``: opened through ``Device``), lowered
+    for its renderer with the case's opts, and check the output against the reference result (`check_case_result`,
+    `exact_exp` as there). A case using a dtype the device's renderer lacks is skipped (``pytest.skip``). The body
+    of a plugin's on-device test over `kernel_cases`."""
+    import pytest
+
+    from tinycore.device import Device
+
+    dev = Device[device]
+    build, opts, used = kernel_cases()[name]
+    missing = used - dev.renderer.supported_dtypes
+    if missing:
+        pytest.skip(f"{name}: the {device} renderer has no {sorted(d.name for d in missing)}")
+    items, var_vals = build().schedule_with_vars()
+    (item,) = [i for i in items if i.ast is not None]
+    out, _ = run_item_on_device(dev, item, opts, var_vals)
+    want = build().numpy()
+    got = np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape)
+    check_case_result(name, got, want, exact_exp=exact_exp)

@@ -89,6 +89,7 @@ def test_probe_without_a_gpu() -> None:
 def test_probe_with_an_arch_the_compiler_does_not_know(monkeypatch: pytest.MonkeyPatch) -> None:
     from tinycore_amd import compiler
 
+    monkeypatch.setenv("AMD_COMPILER", "clang")  # clang's arch list, also where ROCm's hipRTC is installed
     monkeypatch.setattr(compiler, "supports_arch", lambda arch: f"clang 15 does not know {arch}")
     result = plugin.probe(FakeHIP(arch="gfx1201"))
     assert (

@@ -1,6 +1,7 @@
 """The ``AMD`` device: allocator, program runtime and the `Compiled` bundle over `tinycore_amd.hip.HIPApi`.
 
-``AMD`` is GPU 0 and ``AMD:n`` GPU n. Kernels are built for the GPU's own ``gfx`` arch by `HIPCompiler`; TinyJit
+``AMD`` is GPU 0 and ``AMD:n`` GPU n. Kernels are built for the GPU's own ``gfx`` arch by ROCm's hipRTC when it loads,
+else by clang (`tinycore_amd.compiler.make_compiler`: `HIPRTCCompiler` or `HIPCompiler`); TinyJit
 replays go through one HIP graph (`tinycore_amd.graph.HIPGraph`).
 tinycore's ``global_size`` counts work-groups and ``local_size`` work-items per group: HIP's grid and block.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 from tinycore.sdk import Compiled, DeviceError, KernelImage, LRUAllocator, grid_and_block, host_address
 from tinycore_amd import __version__
-from tinycore_amd.compiler import HIPCompiler
+from tinycore_amd.compiler import make_compiler
 from tinycore_amd.graph import HIPGraph
 from tinycore_amd.hip import DISTRIBUTION, CtypesHIP, HIPApi, find_runtime
 from tinycore_amd.renderer import AMDRenderer
@@ -106,7 +107,7 @@ class AMDDevice(Compiled):
         self.name = hip.device_name(self.gpu)
         arch = hip.arch(self.gpu)
         renderer = AMDRenderer(arch)
-        super().__init__(device, AMDAllocator(self), renderer, HIPCompiler(arch), AMDProgram, HIPGraph)
+        super().__init__(device, AMDAllocator(self), renderer, make_compiler(arch), AMDProgram, HIPGraph)
 
     def activate(self) -> None:
         """Make this GPU current on the calling thread."""

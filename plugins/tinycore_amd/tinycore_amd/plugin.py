@@ -1,8 +1,9 @@
 """Entry module of the ``AMD`` device (entry point ``AMD = "tinycore_amd.plugin"``, group ``tinycore.devices``).
 
-Light by contract: importing it imports only `tinycore.sdk`; the HIP runtime is looked for by the probe (a file
-search: nothing is loaded), clang by the first compile. ``tinycore_compile_target`` needs no GPU: ``arch=None`` is
-`DEFAULT_ARCH`.
+Light by contract: importing it imports only `tinycore.sdk`; the HIP runtime and the compiler are looked for by the
+probe, clang runs at the first compile. A GPU builds with ROCm's hipRTC when it loads, else with clang
+(`tinycore_amd.compiler.make_compiler`; ``AMD_COMPILER=clang|hiprtc`` forces one). ``tinycore_compile_target``
+needs no GPU and builds with clang unless ``AMD_COMPILER=hiprtc``: ``arch=None`` is `DEFAULT_ARCH`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _is_amd(name: str) -> bool:
 
 
 def probe(hip: Any = None) -> ProbeResult:
-    """Tell apart: no ROCm runtime (no libamdhip64), no AMD GPU, a GPU arch the installed clang can't build for."""
+    """Tell apart: no ROCm runtime (no libamdhip64), no AMD GPU, a GPU arch the compiler can't build for (clang's or
+    hipRTC's list), ``AMD_COMPILER`` set wrong or forcing a hipRTC that is missing."""
     from tinycore_amd.hip import CtypesHIP, find_runtime
 
     if hip is None:
@@ -47,17 +49,11 @@ def probe(hip: Any = None) -> ProbeResult:
         return ProbeResult(ok=False, device_count=0, reason=f"the HIP runtime failed: {error}", hint=ROCM_HINT)
     if count == 0:
         return ProbeResult(ok=False, device_count=0, reason="no AMD GPU: the HIP runtime sees none", hint=ROCM_HINT)
-    arch = hip.arch(0)
-    from tinycore_amd.compiler import supports_arch
+    from tinycore_amd.compiler import compiler_problem
 
-    problem = supports_arch(arch)
+    problem = compiler_problem(hip.arch(0))
     if problem is not None:
-        return ProbeResult(
-            ok=False,
-            device_count=0,
-            reason=f"GPU arch {arch} not supported by this build: {problem}",
-            hint="apt-get install clang-19 lld-19 (or set AMD_CLANG to a clang that knows it)",
-        )
+        return ProbeResult(ok=False, device_count=0, reason=problem[0], hint=problem[1])
     return ProbeResult(ok=True, device_count=count)
 
 
@@ -87,14 +83,15 @@ def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
 
 @hookimpl
 def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
-    """Renderer and clang compiler for `arch` (a ``gfx`` name; None: `DEFAULT_ARCH`). No GPU needed."""
+    """Renderer and compiler for `arch` (a ``gfx`` name; None: `DEFAULT_ARCH`). No GPU needed: clang, or hipRTC with
+    ``AMD_COMPILER=hiprtc``."""
     if not _is_amd(name):
         return None
-    from tinycore_amd.compiler import HIPCompiler, check_arch
+    from tinycore_amd.compiler import check_arch, make_compiler
     from tinycore_amd.renderer import AMDRenderer
 
     arch = check_arch(arch or DEFAULT_ARCH)
-    return AMDRenderer(arch), HIPCompiler(arch)
+    return AMDRenderer(arch), make_compiler(arch, on_gpu=False)
 
 
 @hookimpl
@@ -111,15 +108,19 @@ def tinycore_device_capabilities(name: str) -> DeviceCapabilities | None:
 
 @hookimpl
 def tinycore_report_info(name: str) -> dict[str, str] | None:
-    """This plugin's version, the clang it builds with, and whether a HIP runtime is there."""
+    """This plugin's version, the compiler a GPU builds with (hipRTC or clang, and its version), the clang and hipRTC
+    found, and whether a HIP runtime is there."""
     if not _is_amd(name):
         return None
-    from tinycore_amd.compiler import clang_version, find_clang
+    from tinycore_amd.compiler import clang_version, describe_compiler, find_clang
     from tinycore_amd.hip import find_runtime
+    from tinycore_amd.hiprtc import describe_hiprtc
 
     clang = find_clang()
     return {
         DISTRIBUTION: __version__,
+        "compiler": describe_compiler(),
         "clang": "not found" if clang is None else f"{clang} ({clang_version(clang)})",
+        "hiprtc": describe_hiprtc(),
         "hip runtime": find_runtime() or "not found",
     }

@@ -6,8 +6,9 @@ define macros over them): ``__attribute__((global))`` kernels, ``__attribute__((
 ``__builtin_amdgcn_workgroup_id_x()``/``__builtin_amdgcn_workitem_id_x()`` launch ids, a barrier between
 work-group fences, ``ext_vector_type`` vectors and ``__builtin_*`` math that the AMDGPU backend lowers to
 instructions (no calls into ``ocml``). It compiles with ``clang -x hip --offload-arch=gfxNNN -nogpulib -nogpuinc
---cuda-device-only`` (checked with clang 15 for gfx90a, gfx1030 and gfx1100; hipcc and hiprtc should take it as
-well, not checked).
+--cuda-device-only`` (checked with clang 15 for gfx90a, gfx1030 and gfx1100) and with ROCm's hipRTC as it is, whose
+pre-included HIP headers don't clash with it (checked with hipRTC 5.2 for gfx90a and gfx1030); hipcc should take it
+as well, not checked.
 
 bfloat16 is a two-byte struct with explicit conversions to and from float (round to nearest even, as the
 reference device): clang 15 has no ``__bf16`` on AMDGPU. ``EXP2``, ``LOG2`` and ``SIN`` are decomposed by core: the

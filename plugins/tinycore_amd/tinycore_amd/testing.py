@@ -1,7 +1,10 @@
 """`FakeHIP`: a `tinycore_amd.hip.HIPApi` on host memory for tests without an AMD GPU: every call is recorded in
 `calls`; launches record their function, dims and typed arguments (kernels are not executed). Graphs are recorded
 too: `graphs` holds each graph's nodes (their `KernelLaunch`) and dependencies, an executable graph its own copy of
-the nodes (patched by ``graph_exec_set_kernel_params``), and a graph launch records one launch per node, in order."""
+the nodes (patched by ``graph_exec_set_kernel_params``), and a graph launch records one launch per node, in order.
+
+`FakeHIPRTC`: a `tinycore_amd.hiprtc.HIPRTCApi` that builds nothing: it records every call in `calls`, keeps each
+program's source, name and options, hands back a fixed code object, and fails a call on request."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore_amd.hip import HIPApi, HIPError, KernelLaunch
+from tinycore_amd.hiprtc import HIPRTCApi, HIPRTCError
 
 
 class FakeHIP(HIPApi):
@@ -152,3 +156,61 @@ class FakeHIP(HIPApi):
     def graph_destroy(self, graph: int, graph_exec: int) -> None:
         self._call("graph_destroy", graph, graph_exec)
         self.destroyed.append((graph, graph_exec))
+
+
+class FakeHIPRTC(HIPRTCApi):
+    """hipRTC `version` whose comgr knows `archs` (None: can't be asked); every compiled program's code is `image`.
+    `fail` maps a method name to the hipRTC error it raises once; a failed compile leaves `log` as the program's log.
+    `programs` holds each created program (its ``source``, ``name``, ``options``); `live` the ones not destroyed."""
+
+    path = "/fake/rocm/lib/libhiprtc.so.6.2.60200"
+
+    def __init__(self, version: tuple[int, int] = (6, 2), archs: frozenset[str] | None = frozenset({"gfx90a",
+                 "gfx942", "gfx1100"}), image: bytes = b"\x7fELF fake code object", log: str = ""):  # fmt: skip
+        self.major_minor, self.known, self.image, self.log = version, archs, image, log
+        self.calls: list[tuple[str, tuple]] = []
+        self.fail: dict[str, str] = {}
+        self.programs: list[dict[str, Any]] = []
+        self.live: set[int] = set()
+
+    def _call(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+        if name in self.fail:
+            raise HIPRTCError(name, self.fail.pop(name))
+
+    def version(self) -> tuple[int, int]:
+        self._call("version")
+        return self.major_minor
+
+    def archs(self) -> frozenset[str] | None:
+        return self.known
+
+    def create_program(self, source: str, name: str) -> int:
+        self._call("create_program", source, name)
+        self.programs.append({"source": source, "name": name, "options": None, "log": ""})
+        self.live.add(len(self.programs) - 1)
+        return len(self.programs) - 1
+
+    def compile_program(self, program: int, options: Sequence[str]) -> None:
+        self.programs[program]["options"] = tuple(options)
+        try:
+            self._call("compile_program", program, tuple(options))
+        except HIPRTCError:
+            self.programs[program]["log"] = self.log
+            raise
+
+    def program_log(self, program: int) -> str:
+        self._call("program_log", program)
+        return self.programs[program]["log"]
+
+    def code(self, program: int) -> bytes:
+        self._call("code", program)
+        if self.programs[program]["options"] is None:
+            raise AssertionError(f"fake hipRTC: program {program} was never compiled")
+        return self.image
+
+    def destroy_program(self, program: int) -> None:
+        self._call("destroy_program", program)
+        if program not in self.live:
+            raise AssertionError(f"fake hipRTC: program {program} destroyed twice or never created")
+        self.live.discard(program)

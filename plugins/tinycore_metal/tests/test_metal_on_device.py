@@ -16,7 +16,7 @@ from tinycore_metal.renderer import METAL_TENSOR_CORES  # noqa: E402
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.tensor import Tensor  # noqa: E402
-from tinycore.testkit.kernels import check_case_result, kernel_cases, run_item_on_device  # noqa: E402
+from tinycore.testkit.kernels import check_case_on_device, kernel_cases, run_item_on_device  # noqa: E402
 
 _PROBE = plugin.probe()
 pytestmark = [
@@ -34,16 +34,8 @@ def metal():
 
 
 @pytest.mark.parametrize("name", sorted(kernel_cases()))
-def test_every_kernel_of_the_suite_runs_to_the_reference_result(metal, name: str) -> None:
-    build, opts, used = kernel_cases()[name]
-    if not used <= metal.renderer.supported_dtypes:
-        pytest.skip(f"{name}: Metal has no {sorted(d.name for d in used - metal.renderer.supported_dtypes)}")
-    items, var_vals = build().schedule_with_vars()
-    (item,) = [i for i in items if i.ast is not None]
-    out, _ = run_item_on_device(metal, item, opts, var_vals)
-    want = build().numpy()
-    got = np.frombuffer(bytes(out[: want.nbytes]), dtype=want.dtype).reshape(want.shape)
-    check_case_result(name, got, want)
+def test_every_kernel_of_the_suite_runs_to_the_reference_result(name: str) -> None:
+    check_case_on_device("METAL", name)
 
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16, dtypes.float32], ids=["half", "bfloat", "float"])
