@@ -150,6 +150,19 @@ def test_doctor_says_there_is_no_nvidia_driver_and_what_to_do(fake_site):
     assert report["fix"]
 
 
+def test_doctor_shows_the_plugin_report_of_a_device_that_fails_its_probe(fake_site):
+    if not _installed("tinycore-amd"):
+        pytest.skip("tinycore-amd is not installed (pip install -e plugins/tinycore_amd)")
+    from tinycore_amd.plugin import probe
+
+    if probe().ok:
+        pytest.skip("this machine has an AMD GPU: AMD passes here")
+    out = tinycore(fake_site, "doctor", "AMD", "--json")
+    report = json.loads(out.stdout)["devices"][0]
+    assert report["status"] == "FAIL" and report["reason"].startswith("probe:")
+    assert "compiler" in report["info"] and "hiprtc" in report["info"]  # which compiler AMD would use, and why
+
+
 def test_doctor_without_arguments_checks_everything_and_passes_on_default(broken_site):
     out = tinycore(broken_site, "doctor", "--json")
     payload = json.loads(out.stdout)

@@ -80,8 +80,10 @@ class CheckResult:
 
 
 def _check_probe(ctx: DoctorContext) -> str:
-    entry, ordinal = ctx.manager.check_available(ctx.name)
+    entry, _ = ctx.manager.resolve(ctx.name)
+    # set before the availability check, so a device that fails its probe still shows what its plugin reports
     ctx.facts.update(distribution=entry.record.distribution, version=entry.record.version, family=entry.name)
+    entry, ordinal = ctx.manager.check_available(ctx.name)
     probe = ctx.manager.probe(entry.name)
     return f"ok, {probe.device_count} device(s)" + (f" ({probe.reason})" if probe.reason else "")
 
