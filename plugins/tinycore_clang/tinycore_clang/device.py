@@ -18,6 +18,12 @@ backend and which LLVM are in use and why.
 Both produce the same kernel ABI, so the allocator, programs, thread pool and graph runner are shared. The thread
 pool library (compiled once per machine and cached) is always built by the C compiler: `host_compiler`.
 
+``CLANG_CPU`` (`tinycore_clang.renderer.CPU_ENV`) builds every kernel for another x86-64 CPU than this one (an
+LLVM/``-march`` name: ``haswell``, ``znver3``, ``x86-64-v3``...): the optimizer's heuristics use that CPU's vector
+registers (`tinycore_clang.renderer.vector_shape`) and LLVM (or ``-march`` with the C backend) targets it. The kernels
+still run here, so the CPU must be one whose instructions this machine has (`tinycore_clang.renderer.check_target_cpu`
+refuses others, and unknown names, naming the variable); unset or empty means this machine's CPU.
+
 ``ClangDevice("CLANG")`` and ``ClangDevice("CLANG:1")`` are separate devices with separate memory (copies between
 them are ``memmove``). Opening a device compiles nothing and runs no subprocess: the compiler's version and target
 are read when the first kernel is compiled, the thread pool library is built when the first threaded kernel loads.
@@ -33,8 +39,9 @@ from tinycore_clang.allocator import ClangAllocator
 from tinycore_clang.compiler import ClangCompiler
 from tinycore_clang.graph import ClangGraph
 from tinycore_clang.libllvm import INSTALL_HINT as LLVM_HINT
+from tinycore_clang.libllvm import LLVMLITE, TARGET_CPU_MIN_VERSION, find_library, target_cpu_version_problem
 from tinycore_clang.llvm_compiler import LLVMCompiler
-from tinycore_clang.renderer import ClangRenderer
+from tinycore_clang.renderer import CPU_ENV, HOST_CPU, ClangRenderer, target_cpu_from_env
 from tinycore_clang.runtime import ClangProgram
 
 FAMILY = "CLANG"
@@ -74,13 +81,29 @@ def backend_from_env(env: dict[str, str] | None = None) -> str:
     return value
 
 
+def target_cpu_problem(backend: str) -> str | None:
+    """Why ``CLANG_CPU`` can't work with `backend` here (an unknown CPU, one this machine can't run, or a system
+    libLLVM too old to know the CPU names), else None; loads nothing."""
+    try:
+        cpu = target_cpu_from_env()
+    except ValueError as error:
+        return str(error)
+    if cpu is None or backend != "llvm":
+        return None
+    library = find_library()
+    if library.ok and library.source != LLVMLITE and library.version < TARGET_CPU_MIN_VERSION:
+        return target_cpu_version_problem(cpu, library)
+    return None
+
+
 class ClangDevice(Compiled):
     """The CLANG device ``CLANG`` or ``CLANG:n``.
 
     `threads` (``THREADS`` or the CPU count) is how many native threads a ``core_id`` kernel runs on; change it on
     the object to affect later launches. `compiler_choice` records which C compiler was picked and why; `backend`
     (argument, else ``CLANG_BACKEND``) is ``"c"`` or ``"llvm"`` (see the module docstring); `host_compiler` is the C
-    compiler that builds the thread pool library.
+    compiler that builds the thread pool library; `target_cpu` is the CPU kernels are built for (``CLANG_CPU``;
+    None: this machine's).
     """
 
     def __init__(self, device: str = FAMILY, backend: str | None = None):
@@ -103,12 +126,19 @@ class ClangDevice(Compiled):
                 str(error), fix=f"set {BACKEND_ENV} to c, llvm or auto", device=device.upper(),
                 distribution=DISTRIBUTION, version=__version__,
             ) from None  # fmt: skip
+        try:
+            self.target_cpu = target_cpu_from_env()
+        except ValueError as error:
+            raise DeviceUnavailableError(
+                str(error), fix=f"unset {CPU_ENV}, or name a CPU whose instructions this machine has",
+                device=device.upper(), distribution=DISTRIBUTION, version=__version__,
+            ) from None  # fmt: skip
         self.host_compiler = ClangCompiler(cc=self.compiler_choice.path)
         renderer: ClangRenderer
         compiler: ClangCompiler | LLVMCompiler
         if self.backend == "llvm":
             try:
-                compiler = LLVMCompiler()
+                compiler = LLVMCompiler(cpu=self.target_cpu or HOST_CPU)
             except CompileError as error:
                 raise DeviceUnavailableError(
                     f"{BACKEND_ENV}=llvm: {error}", fix=LLVM_HINT, device=device.upper(),
@@ -116,9 +146,13 @@ class ClangDevice(Compiled):
                 ) from None  # fmt: skip
             from tinycore_clang.llvm_renderer import LLVMRenderer
 
-            renderer = LLVMRenderer(threads=self.threads)
+            renderer = LLVMRenderer(arch=self.target_cpu, threads=self.threads)
         else:
-            renderer, compiler = ClangRenderer(threads=self.threads), self.host_compiler
+            renderer = ClangRenderer(arch=self.target_cpu, threads=self.threads)
+            if self.target_cpu is None:
+                compiler = self.host_compiler
+            else:  # (the thread pool library stays -march=native: `host_compiler`)
+                compiler = ClangCompiler(cc=self.compiler_choice.path, arch=self.target_cpu)
         super().__init__(
             device,
             ClangAllocator(),

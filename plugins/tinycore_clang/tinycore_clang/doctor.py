@@ -84,6 +84,8 @@ def smoke_test(ctx: Any) -> str:
     else:
         name = compiler.cc.rsplit("/", 1)[-1]
         note = "" if "clang" in name else f"; {SLOW_COMPILER_NOTE}"
+    target = getattr(device, "target_cpu", None)
+    name += f" for {target} (CLANG_CPU)" if target is not None else ""
     summary = f"{name}: 1 kernel compiled in {compile_ms:.0f} ms, ran; core_id kernel ran on {device.threads} thread(s)"
     return summary + note
 

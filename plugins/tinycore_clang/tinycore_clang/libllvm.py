@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_VERSION = 14
+# the oldest LLVM that knows every CPU of `tinycore_clang.renderer.X86_CPUS` (znver5 is the newest; LLVM 15 lacks
+# raptorlake too): an older one warns about an unknown CPU, targets a generic one, and may abort the process
+TARGET_CPU_MIN_VERSION = 19
 LIBRARY_ENV = "TINYCORE_LLVM_LIB"
 LLVMLITE = "llvmlite"  # the `LibraryChoice.source` of the LLVM bundled with llvmlite
 INSTALL_HINT = (
@@ -300,18 +303,29 @@ class CommandLine:
                 )
 
 
+def target_cpu_version_problem(cpu: str, choice: LibraryChoice) -> str:
+    """Why LLVM library `choice` can't build kernels for CPU `cpu` (``CLANG_CPU``): too old to know every CPU name
+    (or of unknown version), with the fix."""
+    version = f"LLVM {choice.version}" if choice.version else "an LLVM of unknown version"
+    return (
+        f"CLANG_CPU={cpu} needs LLVM >= {TARGET_CPU_MIN_VERSION} (older ones don't know every CPU name), and "
+        f"{choice.path} is {version}; unset {LIBRARY_ENV} to use llvmlite's LLVM, or use CLANG_BACKEND=c"
+    )
+
+
 class LLVMToolchain:
     """Compiles LLVM IR text to an object file for this machine, in-process (see the module docstring).
 
     Loading happens on construction (the library and the native target's initialization: ~30 ms once per
     process); use `LLVMToolchain.shared(choice)` to reuse one instance per library. `cpu` and `features` are what
-    the host CPU resolves to (the equivalent of ``-march=native``); they belong in any cache key.
+    the host CPU resolves to (the equivalent of ``-march=native``), unless `cpu` is given: then that CPU with its
+    default features (``CLANG_CPU``; unchecked here, `shared` checks it). They belong in any cache key.
     """
 
     _instances: dict[str, LLVMToolchain] = {}
     _instances_lock = threading.Lock()
 
-    def __init__(self, choice: LibraryChoice):
+    def __init__(self, choice: LibraryChoice, cpu: str | None = None):
         if not choice.ok or choice.path is None:
             raise LLVMError(f"no LLVM library: {choice.reason}; {INSTALL_HINT}")
         if choice.version and choice.version < MIN_VERSION:
@@ -329,8 +343,8 @@ class LLVMToolchain:
             getattr(lib, f"LLVMInitialize{target}{part}")()
         self.choice = choice
         self.triple: bytes = ctypes.string_at(lib.LLVMGetDefaultTargetTriple())
-        self.cpu: str = self._llvm.message(lib.LLVMGetHostCPUName())
-        self.features: str = self._llvm.message(lib.LLVMGetHostCPUFeatures())
+        self.cpu: str = self._llvm.message(lib.LLVMGetHostCPUName()) if cpu is None else cpu
+        self.features: str = self._llvm.message(lib.LLVMGetHostCPUFeatures()) if cpu is None else ""
         target_ref, error = ctypes.c_void_p(), ctypes.c_void_p()
         if lib.LLVMGetTargetFromTriple(self.triple, ctypes.byref(target_ref), ctypes.byref(error)) != 0:
             raise LLVMError(f"no LLVM target for {self.triple.decode()}: {self._llvm.message(error.value)}")
@@ -339,13 +353,24 @@ class LLVMToolchain:
         self.command_line = CommandLine(self._parse_command_line)
 
     @classmethod
-    def shared(cls, choice: LibraryChoice | None = None) -> LLVMToolchain:
-        """One toolchain per library path per process (`find_library` when `choice` is None)."""
+    def shared(cls, choice: LibraryChoice | None = None, cpu: str | None = None) -> LLVMToolchain:
+        """One toolchain per library path and target CPU per process (`find_library` when `choice` is None). `cpu`:
+        None reads ``CLANG_CPU`` (unset: the host), ``"native"`` is the host, else a CPU this machine can run
+        (`tinycore_clang.renderer.check_target_cpu`: ValueError otherwise); another CPU than the host's needs LLVM
+        >= `TARGET_CPU_MIN_VERSION` (`LLVMError` otherwise)."""
+        from tinycore_clang.renderer import check_target_cpu, target_cpu_from_env
+
+        target = target_cpu_from_env() if cpu is None else check_target_cpu(cpu, source="cpu")
         choice = choice or find_library()
         key = choice.path or ""
+        if target is not None:
+            key = f"{key} cpu={target}"
         with cls._instances_lock:
             if key not in cls._instances:
-                cls._instances[key] = cls(choice)
+                chain = cls(choice, cpu=target)
+                if target is not None and chain.version < TARGET_CPU_MIN_VERSION:
+                    raise LLVMError(target_cpu_version_problem(target, choice))
+                cls._instances[key] = chain
             return cls._instances[key]
 
     @property

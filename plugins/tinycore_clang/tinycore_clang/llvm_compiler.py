@@ -19,11 +19,13 @@ Options (environment, read when the compiler is made):
 - ``CLANG_LLVM_ARGS``: LLVM command-line options, space-separated (default `tinycore_clang.libllvm.CODEGEN_ARGS`;
   ``CLANG_LLVM_ARGS=none`` sets none). LLVM keeps them per process: set them before the first compile.
 
-The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``). The cache key
-holds the library's path, version and file stamp (size and time: a new llvmlite wheel is a new compiler), that CPU
-name and feature list, and the options. Those target facts are kept in
-the disk cache (keyed by the library file's stamp and `tinycore_clang.toolchain.machine_identity`), so a process whose
-kernels are all cached never loads libLLVM.
+The target is the host CPU (LLVM's host CPU name and features, the equivalent of ``-march=native``), or the x86-64
+CPU ``CLANG_CPU`` names (with that CPU's default features; checked against this machine, since the kernels run
+here: `tinycore_clang.renderer.check_target_cpu`). The cache key holds the library's path, version and file stamp
+(size and time: a new llvmlite wheel is a new compiler), that CPU name and feature list, and the options. The host's
+target facts are kept in the disk cache (keyed by the library file's stamp and
+`tinycore_clang.toolchain.machine_identity`), so a process whose kernels are all cached never loads libLLVM; a
+``CLANG_CPU`` target needs no look-up at all.
 
 IR for LLVM 14 must use typed pointers (``float*``): its optimizer crashes on opaque ``ptr`` IR, which
 `tinycore_clang.libllvm.LLVMToolchain.compile_object` therefore refuses with an error
@@ -49,14 +51,17 @@ from tinycore_clang.compiler import cached_facts, disassemble_library, scratch_p
 from tinycore_clang.libllvm import (
     INSTALL_HINT,
     LLVMLITE,
+    TARGET_CPU_MIN_VERSION,
     LibraryChoice,
     LLVMError,
     LLVMToolchain,
     PassOptions,
     find_library,
+    target_cpu_version_problem,
 )
 from tinycore_clang.llvmlite_toolchain import LlvmliteToolchain
 from tinycore_clang.objloader import can_load_objects
+from tinycore_clang.renderer import HOST_CPU, check_target_cpu, target_cpu_from_env
 from tinycore_clang.toolchain import LINKER_HINT, find_linker
 
 LLVM_MARKER = "; tinycore-clang kernel "
@@ -100,13 +105,14 @@ def _format_error(message: str, src: str) -> str:
     return text + ("\nsource:\n" + "\n".join(excerpt) if excerpt else "")
 
 
-def open_toolchain(choice: LibraryChoice | None = None) -> LLVMToolchain | LlvmliteToolchain:
-    """The loaded LLVM for `choice` (default `find_library`): llvmlite's or a system library's, one per process
-    and library; `LLVMError` when it can't be loaded."""
+def open_toolchain(choice: LibraryChoice | None = None, cpu: str | None = None) -> LLVMToolchain | LlvmliteToolchain:
+    """The loaded LLVM for `choice` (default `find_library`): llvmlite's or a system library's, one per process,
+    library and target CPU (`cpu`: None reads ``CLANG_CPU``, ``"native"`` is the host); `LLVMError` when it can't be
+    loaded, ValueError for a CPU this machine can't run."""
     choice = choice or find_library()
     if choice.source == LLVMLITE:
-        return LlvmliteToolchain.shared()
-    return LLVMToolchain.shared(choice)
+        return LlvmliteToolchain.shared(cpu)
+    return LLVMToolchain.shared(choice, cpu)
 
 
 class LLVMCompiler(Compiler):
@@ -115,9 +121,10 @@ class LLVMCompiler(Compiler):
     `library`: which libLLVM (default `find_library`); `options`: the optimizer's settings (default from the
     environment); `in_process`: hand out object files for the in-process loader instead of linked shared objects
     (default: where `tinycore_clang.objloader.can_load_objects`); `linker`: path of ``ld`` when linking (default
-    `find_linker`); `jobs`: compile threads for `compile_many`. Raises `CompileError` when there is no library, or
-    no linker where one is needed (with the fix), at construction, since a device with this compiler could never
-    run a kernel.
+    `find_linker`); `jobs`: compile threads for `compile_many`; `cpu`: the target CPU (None: ``CLANG_CPU``, else
+    the host; ``"native"``: the host), kept as `target_cpu` (None for the host). Raises `CompileError` when there is
+    no library, no linker where one is needed, or a target CPU this machine can't run or this LLVM doesn't know
+    (with the fix), at construction, since a device with this compiler could never run a kernel.
     """
 
     streams = True  # compile_many starts on each source as it arrives (see `tinycore.backend.compiler.Compiler`)
@@ -129,11 +136,19 @@ class LLVMCompiler(Compiler):
         linker: str | None = None,
         jobs: int | None = None,
         in_process: bool | None = None,
+        cpu: str | None = None,
     ):
         super().__init__(cachekey="clang_llvm")
         self.library = library if library is not None else find_library()
         if not self.library.ok:
             raise CompileError(f"CLANG llvm backend: {self.library.reason}; {INSTALL_HINT}")
+        try:
+            self.target_cpu = target_cpu_from_env() if cpu is None else check_target_cpu(cpu, source="cpu")
+        except ValueError as error:
+            raise CompileError(f"CLANG llvm backend: {error}") from None
+        too_old = self.library.version and self.library.version < TARGET_CPU_MIN_VERSION  # (llvmlite's: 0 until loaded)
+        if self.target_cpu is not None and too_old:
+            raise CompileError(f"CLANG llvm backend: {target_cpu_version_problem(self.target_cpu, self.library)}")
         self.options = options if options is not None else options_from_env()
         self.in_process = can_load_objects() if in_process is None else in_process
         found = linker or ("" if self.in_process else find_linker())
@@ -147,14 +162,14 @@ class LLVMCompiler(Compiler):
     def toolchain(self) -> LLVMToolchain | LlvmliteToolchain:
         """The loaded LLVM: llvmlite's or a system library's (loaded on first use, shared per process)."""
         try:
-            return open_toolchain(self.library)
+            return open_toolchain(self.library, self.target_cpu or HOST_CPU)
         except LLVMError as error:
             raise CompileError(f"CLANG llvm backend: {error}") from error
 
     # ----- cache key -----
     def cache_key_parts(self) -> Sequence[str]:
-        """Library path, version and stamp, host CPU name and features as LLVM sees them, every optimizer option,
-        and whether the result is an object file or a shared object."""
+        """Library path, version and stamp, target CPU name and features as LLVM gets them (`target_facts`), every
+        optimizer option, and whether the result is an object file or a shared object."""
         if self._key_parts is None:
             cpu, features = self.target_facts()
             path = self.library.path or ""
@@ -170,8 +185,11 @@ class LLVMCompiler(Compiler):
         return self._key_parts
 
     def target_facts(self) -> tuple[str, str]:
-        """LLVM's host CPU name and feature string, from the disk cache when this library and machine were seen
-        before (so a fully cached process never loads libLLVM), else from the loaded library."""
+        """The CPU name and feature string LLVM's target machine gets: with a `target_cpu`, that name and no
+        features (its defaults); else LLVM's host CPU name and features, from the disk cache when this library and
+        machine were seen before (so a fully cached process never loads libLLVM), else from the loaded library."""
+        if self.target_cpu is not None:
+            return self.target_cpu, ""
         stamp = toolchain.compiler_stamp(self.library.path or "")
         key = json.dumps(["host cpu", stamp, toolchain.machine_identity()]) if stamp is not None else None
         return cached_facts("toolchain_clang_llvm", key, lambda: ((self.toolchain.cpu, self.toolchain.features), True))
@@ -259,4 +277,5 @@ class LLVMCompiler(Compiler):
         if self.library.source == LLVMLITE and pipeline == PassOptions.pipeline:
             pipeline = "kernel"  # what llvmlite runs for the default pipeline (see llvmlite_toolchain)
         options = f"{pipeline} codegen O{self.options.codegen_level}"
-        return f"<LLVMCompiler {self.library.path} {options}, {how}>"
+        target = f" for {self.target_cpu}" if self.target_cpu is not None else ""
+        return f"<LLVMCompiler {self.library.path} {options}{target}, {how}>"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tinycore_clang.libllvm import KERNEL_PIPELINE, CommandLine, LLVMError, PassOptions
+from tinycore_clang.libllvm import KERNEL_PIPELINE, TARGET_CPU_MIN_VERSION, CommandLine, LLVMError, PassOptions
 
 MIN_LLVMLITE = (0, 46)
 INSTALL_HINT = "pip install 'llvmlite>=0.46' (its wheels bundle LLVM)"
@@ -57,12 +57,14 @@ class LlvmliteToolchain:
     """Compiles LLVM IR text to an object file for this machine with llvmlite's LLVM (see the module docstring).
 
     Importing llvmlite and initializing the native target happen on construction; `LlvmliteToolchain.shared()`
-    keeps one per process. `cpu` and `features` are the host CPU as LLVM sees it (``-march=native``), unless given:
-    ``LlvmliteToolchain(cpu="haswell", features="")`` compiles for another x86-64 CPU (with its default features),
-    so kernels for a machine that isn't at hand can be read as assembly (`assembly`).
+    keeps one per process and target CPU (``CLANG_CPU``, else the host). `cpu` and `features` are the host CPU as
+    LLVM sees it (``-march=native``), unless given: ``LlvmliteToolchain(cpu="haswell", features="")`` compiles for
+    another x86-64 CPU (with its default features), so kernels for a machine that isn't at hand can be read as
+    assembly (`assembly`). The constructor does not check `cpu`; `shared` does.
     """
 
-    _instance: LlvmliteToolchain | None = None
+    _instance: LlvmliteToolchain | None = None  # the host's
+    _targets: dict[str, LlvmliteToolchain] = {}  # other CPUs' (`shared` with a CPU name or CLANG_CPU)
     _instance_lock = threading.Lock()
 
     def __init__(self, cpu: str | None = None, features: str | None = None) -> None:
@@ -89,9 +91,25 @@ class LlvmliteToolchain:
         self.command_line = CommandLine(lambda args: [llvm.set_option("tinycore", arg) for arg in args])
 
     @classmethod
-    def shared(cls) -> LlvmliteToolchain:
-        """The process's one toolchain (created on first use)."""
+    def shared(cls, cpu: str | None = None) -> LlvmliteToolchain:
+        """The process's toolchain for target CPU `cpu` (created on first use): None reads ``CLANG_CPU`` (unset or
+        empty: the host), ``"native"`` is the host, anything else a CPU of
+        `tinycore_clang.renderer.X86_CPUS` that this machine can run, with that CPU's default features. A ValueError
+        naming the value when it is not (`tinycore_clang.renderer.check_target_cpu`)."""
+        from tinycore_clang.renderer import check_target_cpu, target_cpu_from_env
+
+        target = target_cpu_from_env() if cpu is None else check_target_cpu(cpu, source="cpu")
         with cls._instance_lock:
+            if target is not None:
+                if target not in cls._targets:
+                    chain = cls(cpu=target, features="")
+                    if chain.version < TARGET_CPU_MIN_VERSION:
+                        raise LLVMError(
+                            f"CLANG_CPU={target} needs LLVM >= {TARGET_CPU_MIN_VERSION} (older ones don't know every "
+                            f"CPU name), and llvmlite {chain.llvmlite_version} has LLVM {chain.version}; {INSTALL_HINT}"
+                        )
+                    cls._targets[target] = chain
+                return cls._targets[target]
             if cls._instance is None:
                 cls._instance = cls()
             return cls._instance

@@ -60,13 +60,20 @@ def tinycore_register_devices(registry: Any) -> None:
 
 def _llvm_backend_problem() -> ProbeResult | None:
     """Why the backend ``CLANG_BACKEND`` asks for can't work here (an unknown name; ``llvm`` forced without libLLVM,
-    or without a linker where objects can't load in-process), else None; files only."""
-    from tinycore_clang.device import BACKEND_ENV, backend_from_env, llvm_available
+    or without a linker where objects can't load in-process), or the CPU ``CLANG_CPU`` names can't (unknown, not
+    runnable here), else None; files only."""
+    from tinycore_clang.device import BACKEND_ENV, backend_from_env, llvm_available, target_cpu_problem
+    from tinycore_clang.renderer import CPU_ENV
 
     try:
         backend = backend_from_env()
     except ValueError as error:
         return ProbeResult(ok=False, reason=str(error), hint=f"unset {BACKEND_ENV}")
+    cpu_problem = target_cpu_problem(backend)
+    if cpu_problem is not None:
+        return ProbeResult(
+            ok=False, reason=cpu_problem, hint=f"unset {CPU_ENV}, or name a CPU whose instructions this machine has"
+        )
     problem = llvm_available() if backend == "llvm" else None
     if problem is None:
         return None
@@ -93,10 +100,27 @@ def _backend_report() -> str:
     return f"{backend} (auto: {why}; {BACKEND_ENV}=c or llvm forces one)"
 
 
+def _target_cpu_report() -> str:
+    """Which CPU kernels are built for and why: ``host`` or e.g. ``haswell (CLANG_CPU=haswell)``; the error when
+    ``CLANG_CPU`` can't be used."""
+    from tinycore_clang.renderer import CPU_ENV, target_cpu_from_env
+
+    asked = os.environ.get(CPU_ENV, "").strip()
+    try:
+        cpu = target_cpu_from_env()
+    except ValueError as error:
+        return f"unusable: {error}"
+    if cpu is None:
+        why = f"{CPU_ENV}={asked}" if asked else f"{CPU_ENV} unset"
+        return f"host (-march=native; {why})"
+    return f"{cpu} ({CPU_ENV}={asked})"
+
+
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
     """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``), and with ``CLANG_BACKEND=llvm``
-    also libLLVM (and a linker where objects can't load in-process); never raises."""
+    also libLLVM (and a linker where objects can't load in-process), and ``CLANG_CPU`` is unset or a CPU this
+    machine can run; never raises."""
     if not _is_clang(name):
         return None
     try:
@@ -137,21 +161,25 @@ def tinycore_open_device(name: str, ordinal: int) -> Compiled | None:
 
 @hookimpl
 def tinycore_compile_target(name: str, arch: str | None) -> tuple[Renderer, Compiler] | None:
-    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: the host, ``native``); with the
-    llvm backend (`tinycore_clang.device.backend_from_env`) and no `arch`, the LLVM IR renderer and the in-process
-    LLVM compiler (which only targets the host)."""
+    """The C renderer and compiler for CPU target `arch` (``-march`` value; None: what the device targets, the
+    ``CLANG_CPU`` CPU or the host); with the llvm backend (`tinycore_clang.device.backend_from_env`) and that
+    target (no `arch`, or `arch` equal to ``CLANG_CPU``: a pickled device renderer), the LLVM IR renderer and the
+    in-process LLVM compiler. A ValueError naming ``CLANG_CPU`` when it is set to a CPU that can't be used."""
     if not _is_clang(name):
         return None
     from tinycore_clang.device import backend_from_env
+    from tinycore_clang.renderer import HOST_CPU, target_cpu_from_env
 
-    if backend_from_env() == "llvm" and arch is None:
+    cpu = target_cpu_from_env()
+    if backend_from_env() == "llvm" and arch in (None, cpu):
         from tinycore_clang.llvm_compiler import LLVMCompiler
         from tinycore_clang.llvm_renderer import LLVMRenderer
 
-        return LLVMRenderer(), LLVMCompiler()
+        return LLVMRenderer(arch=cpu), LLVMCompiler(cpu=cpu or HOST_CPU)
     from tinycore_clang.compiler import ClangCompiler
     from tinycore_clang.renderer import ClangRenderer
 
+    arch = cpu if arch is None else arch
     return ClangRenderer(arch), ClangCompiler(arch=arch)
 
 
@@ -186,6 +214,7 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
         info["cpu features"] = " ".join(f for f in wanted if f in flags) or "unknown"
         info["threads"] = str(toolchain.default_thread_count())
         info["backend"] = _backend_report()
+        info["target cpu"] = _target_cpu_report()
         if info["backend"].startswith("llvm"):
             from tinycore_clang import libllvm
             from tinycore_clang.objloader import can_load_objects

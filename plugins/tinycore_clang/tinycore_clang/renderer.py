@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import platform
 import re
 from collections.abc import Callable
 from typing import Any
@@ -212,23 +214,142 @@ AVX512_ARCHS = frozenset(
 )  # fmt: skip
 
 
+# The x86-64 CPUs ``CLANG_CPU`` may name (LLVM's and ``-march``'s names), each with the /proc/cpuinfo flags of the
+# instruction set extensions LLVM may generate code with for it: the x86-64 psABI levels, then each core's vector
+# extras. Only these are compared with the running machine (`check_target_cpu`); system-level ones (sgx, aes, adx...)
+# are left out because no kernel uses them.
+_X86_64_V1 = frozenset({"sse", "sse2"})
+_X86_64_V2 = _X86_64_V1 | {"pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "cx16"}
+_X86_64_V3 = _X86_64_V2 | {"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe"}
+_X86_64_V4 = _X86_64_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+_ALDERLAKE = _X86_64_V3 | {"avx_vnni", "gfni", "vaes", "vpclmulqdq"}
+_ICELAKE = _X86_64_V4 | {
+    "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq", "gfni", "vaes",
+    "vpclmulqdq",
+}  # fmt: skip
+_SAPPHIRERAPIDS = _ICELAKE | {"avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
+_ZEN = _X86_64_V3 | {"sse4a"}  # LLVM stores nontemporal scalar floats with SSE4A's movntss/movntsd
+_ZEN4 = _ZEN | _ICELAKE | {"avx512_bf16"}
+X86_CPUS: dict[str, frozenset[str]] = {
+    "x86-64": _X86_64_V1,
+    "x86-64-v2": _X86_64_V2,
+    "x86-64-v3": _X86_64_V3,
+    "x86-64-v4": _X86_64_V4,
+    "nehalem": _X86_64_V2,
+    "westmere": _X86_64_V2,
+    "sandybridge": _X86_64_V2 | {"avx"},
+    "ivybridge": _X86_64_V2 | {"avx", "f16c"},
+    "haswell": _X86_64_V3,
+    "broadwell": _X86_64_V3,
+    "skylake": _X86_64_V3,
+    "alderlake": _ALDERLAKE,
+    "raptorlake": _ALDERLAKE,
+    "meteorlake": _ALDERLAKE,
+    "skylake-avx512": _X86_64_V4,
+    "cascadelake": _X86_64_V4 | {"avx512_vnni"},
+    "cooperlake": _X86_64_V4 | {"avx512_vnni", "avx512_bf16"},
+    "cannonlake": _X86_64_V4 | {"avx512ifma", "avx512vbmi"},
+    "icelake-client": _ICELAKE,
+    "icelake-server": _ICELAKE,
+    "rocketlake": _ICELAKE,
+    "tigerlake": _ICELAKE | {"avx512_vp2intersect"},
+    "sapphirerapids": _SAPPHIRERAPIDS,
+    "emeraldrapids": _SAPPHIRERAPIDS,
+    "graniterapids": _SAPPHIRERAPIDS | {"amx_fp16"},
+    "znver1": _ZEN,
+    "znver2": _ZEN,
+    "znver3": _ZEN | {"vaes", "vpclmulqdq"},
+    "znver4": _ZEN4,
+    "znver5": _ZEN4 | {"avx512_vp2intersect", "avx_vnni"},
+}
+CPU_ENV = "CLANG_CPU"
+HOST_CPU = "native"  # what a ``cpu`` argument says for "this machine's CPU" (``-march=native``)
+CPU_EXAMPLES = ("haswell", "skylake", "znver3", "x86-64-v3", "skylake-avx512")
+_X86_MACHINES = ("x86_64", "amd64")
+
+
+@functools.cache
+def host_cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags (``/proc/cpuinfo``; empty when unknown), read once per process."""
+    return frozenset(cpuinfo_flags().split())
+
+
 @functools.cache
 def host_vector_bytes() -> int:
     """Bytes of this CPU's widest vector registers that ``-march=native`` code uses: 64 (AVX-512F), 32 (AVX), 16."""
-    flags = set(cpuinfo_flags().split())
+    flags = host_cpu_flags()
     return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
 
 
 def vector_shape(arch: str | None) -> tuple[int, int]:
     """``(bytes per vector register, number of vector registers)`` of CPU target `arch` (a ``-march`` value; None:
-    this machine): AVX-512 has 32 registers of 64 bytes, AVX/AVX2 16 of 32, SSE 16 of 16. An unknown `arch` counts
-    as AVX2.
+    this machine): AVX-512 has 32 registers of 64 bytes, AVX/AVX2 16 of 32, SSE 16 of 16. A CPU of `X86_CPUS` gets
+    its own ISA's; another `arch` counts as AVX2 unless it is one of `AVX512_ARCHS`.
 
-    >>> vector_shape("haswell"), vector_shape("znver4"), vector_shape("x86-64-v4")
-    ((32, 16), (64, 32), (64, 32))
+    >>> vector_shape("haswell"), vector_shape("znver4"), vector_shape("x86-64-v4"), vector_shape("x86-64-v2")
+    ((32, 16), (64, 32), (64, 32), (16, 16))
     """
-    width = host_vector_bytes() if arch is None else 64 if arch in AVX512_ARCHS else 32
+    flags = X86_CPUS.get(arch) if arch is not None else None
+    if arch is None:
+        width = host_vector_bytes()
+    elif flags is not None:
+        width = 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+    else:
+        width = 64 if arch in AVX512_ARCHS else 32
     return width, 32 if width == 64 else 16
+
+
+def check_target_cpu(
+    value: str, flags: frozenset[str] | None = None, machine: str | None = None, source: str = CPU_ENV
+) -> str | None:
+    """The CPU that `value` (what ``CLANG_CPU`` says) names, checked: None for ``native`` (the host); else a name of
+    `X86_CPUS` whose instruction set this machine has (`flags`: its /proc/cpuinfo flags, default `host_cpu_flags`;
+    `machine`: default ``platform.machine()``), since kernels built for it run here. A ValueError naming `source`,
+    the value and the problem (an unknown name, with examples; a missing feature; not an x86-64 machine) otherwise:
+    an unknown name never reaches LLVM, which would warn, target a generic CPU, or even abort the process.
+
+    >>> check_target_cpu("Haswell", frozenset(X86_CPUS["skylake-avx512"]), "x86_64")
+    'haswell'
+    >>> check_target_cpu("skylake-avx512", frozenset(X86_CPUS["haswell"]), "x86_64")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: CLANG_CPU=skylake-avx512: this machine lacks avx512bw, avx512cd, avx512dq, avx512f, avx512vl, ...
+    """
+    cpu = value.strip().lower()
+    if cpu == HOST_CPU:
+        return None
+    if cpu not in X86_CPUS:
+        raise ValueError(
+            f"{source}={value!r}: not an x86-64 CPU name tinycore knows; use an LLVM/-march CPU name such as "
+            f"{', '.join(CPU_EXAMPLES)} (all: {', '.join(sorted(X86_CPUS))}), or {HOST_CPU} for this machine"
+        )
+    machine = (platform.machine() if machine is None else machine).lower()
+    if machine not in _X86_MACHINES:
+        raise ValueError(f"{source}={cpu}: kernels for another x86-64 CPU need an x86-64 machine; this is {machine!r}")
+    have = host_cpu_flags() if flags is None else flags
+    if not have:
+        raise ValueError(
+            f"{source}={cpu}: this machine's CPU features are unknown (no /proc/cpuinfo flags), so whether it can "
+            f"run code built for {cpu} can't be checked"
+        )
+    missing = sorted(X86_CPUS[cpu] - have)
+    if missing:
+        fits = [name for name, need in X86_CPUS.items() if need <= have]
+        raise ValueError(
+            f"{source}={cpu}: this machine lacks {', '.join(missing)}, which code built for {cpu} may use (the "
+            f"kernels run on this machine); CPUs it can run: {', '.join(fits) or 'none'}"
+        )
+    return cpu
+
+
+def target_cpu_from_env(env: dict[str, str] | None = None) -> str | None:
+    """The CPU ``CLANG_CPU`` asks kernels to be built for, checked (`check_target_cpu`: a ValueError when unknown or
+    not runnable here); None when unset, empty or ``native``: this machine's CPU.
+
+    >>> target_cpu_from_env({}), target_cpu_from_env({"CLANG_CPU": " "})
+    (None, None)
+    """
+    value = (os.environ if env is None else env).get(CPU_ENV, "")
+    return check_target_cpu(value) if value.strip() else None
 
 
 def _next_pow2(n: int) -> int:
