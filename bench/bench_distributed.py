@@ -7,7 +7,8 @@
    by TinyJit, as in the step), so the cost of averaging beyond the collective itself shows; the three are timed in
    turn, 30 rounds, so the machine's load moves them alike.
 
-Times are medians of several runs; the ranks share this machine's cores, so the figures move with its load.
+Times are medians of several runs; the ranks share this machine's cores, so the figures move with its load. Each
+rank runs ``THREADS`` = cores / ranks compute threads unless ``THREADS`` is set.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def median_time(fn, reps: int) -> float:
 
 
 def worker() -> None:
+    # the ranks share this machine: each gets its share of the cores (a rank waiting in a collective spins on its
+    # core, so more compute threads than cores would slow the other rank's kernels, not the averaging)
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+    os.environ.setdefault("THREADS", str(max(1, (os.cpu_count() or 1) // local)))
     from mpi4py import MPI
 
     import tinycore.distributed as dist
@@ -94,9 +99,9 @@ def worker() -> None:
     count = steps[False][1]
     grads = Tensor.ones(count).contiguous().realize()
     collective = TinyJit(lambda g: dist.all_reduce(g).realize())  # replayed, as it runs inside the step
-    runs = {
-        False: lambda: steps[False][0](xb, yb).item(),
-        True: lambda: steps[True][0](xb, yb).item(),
+    runs = {  # each ends when its last kernel has run (TinyJit replays realize their outputs)
+        False: lambda: steps[False][0](xb, yb),
+        True: lambda: steps[True][0](xb, yb),
         "all_reduce": lambda: collective(grads),
     }
     for run in runs.values():
@@ -112,7 +117,8 @@ def worker() -> None:
     t_coll = results["all_reduce"]
     without, with_avg = results[False], results[True]
     extra = with_avg - without - t_coll
-    say(f"MLP train step ({count} parameters, batch 64 per rank): {without * 1e3:.2f} ms without averaging, "
+    say(f"MLP train step ({count} parameters, batch 64 per rank, THREADS={os.environ['THREADS']} per rank): "
+        f"{without * 1e3:.2f} ms without averaging, "
         f"{with_avg * 1e3:.2f} ms with; the bucket's all_reduce alone {t_coll * 1e3:.2f} ms; "
         f"averaging beyond the collective {extra * 1e3:+.2f} ms ({extra / without * 100:+.1f}% of the step)"
     )  # fmt: skip
