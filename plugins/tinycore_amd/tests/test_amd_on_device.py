@@ -1,8 +1,9 @@
 """On a real AMD GPU (ROCm's HIP runtime and a GPU its clang builds for; skipped everywhere else, with the probe's
 reason): clang builds every kernel of the op-parity suite for the GPU's arch and each runs to the PYTHON reference
-result; the WMMA (RDNA3) or MFMA (CDNA) lane layout declared to core is the hardware's (a tensor-core matmul per
-input dtype matches numpy); TinyJit replays through a HIP graph with new inputs and variable values; a tensor moves
-between the GPU and the host and back unchanged."""
+result; the WMMA (RDNA3 ``gfx11*``, RDNA4 ``gfx1200``/``gfx1201``) or MFMA (CDNA) lane layout declared to core is
+the hardware's (a tensor-core matmul per input dtype matches numpy; on RDNA4 the first run of its layout on a GPU);
+TinyJit replays through a HIP graph with new inputs and variable values; a tensor moves between the GPU and the host
+and back unchanged."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 pytest.importorskip("tinycore_amd", reason="tinycore-amd is not installed (pip install -e plugins/tinycore_amd)")
 from tinycore_amd import plugin  # noqa: E402
+from tinycore_amd.renderer import tensor_cores_for  # noqa: E402
 
 from tinycore.codegen.kernel import Opt, OptOps  # noqa: E402
 from tinycore.dtype import dtypes  # noqa: E402
@@ -39,8 +41,12 @@ def test_every_kernel_of_the_suite_runs_to_the_reference_result(name: str) -> No
 
 @pytest.mark.parametrize("din", [dtypes.float16, dtypes.bfloat16], ids=["half", "bfloat"])
 def test_the_matrix_instructions_have_the_declared_layout(amd, din) -> None:
+    """Whatever the GPU's arch declares (`tinycore_amd.renderer.tensor_cores_for`): 2 x 2 instruction tiles along M
+    and N, 3 steps along K, so a row or column misplaced in A, B or C/D shows as wrong output fragments (an order of
+    K that A and B share can't show: it gives the same product)."""
     if not amd.renderer.tensor_cores:
         pytest.skip(f"{amd.renderer.arch} has no tensor cores declared")
+    assert amd.renderer.tensor_cores == tensor_cores_for(amd.renderer.arch)  # gfx1200/gfx1201: RDNA4's WMMA
     rng = np.random.default_rng(0)
     a_np, b_np = rng.uniform(-2, 2, (32, 48)).astype(np.float32), rng.uniform(-2, 2, (48, 32)).astype(np.float32)
     a = Tensor(a_np, device="PYTHON").cast(din).realize()

@@ -18,9 +18,19 @@ default contracts ``a*b+c``).
 
 Tensor cores, per arch (`tensor_cores_for`), declared to core with their lane layouts so that the PYTHON device
 emulates the very kernels written here: 16x16x16 fp16/bf16 in, fp32 accumulate, as WMMA on RDNA3 (``gfx11*``,
-wave32, ``__builtin_amdgcn_wmma_f32_16x16x16_{f16,bf16}_w32``) and MFMA on CDNA2/3 (``gfx90a``, ``gfx94*``, wave64,
-``__builtin_amdgcn_mfma_f32_16x16x16f16`` / ``..._16x16x16bf16_1k``). RDNA4 (``gfx12*``) has another WMMA layout and
-declares none yet.
+wave32, ``__builtin_amdgcn_wmma_f32_16x16x16_{f16,bf16}_w32``), WMMA on RDNA4 (``gfx1200``, ``gfx1201``, wave32,
+``__builtin_amdgcn_wmma_f32_16x16x16_{f16,bf16}_w32_gfx12``) and MFMA on CDNA2/3 (``gfx90a``, ``gfx94*``, wave64,
+``__builtin_amdgcn_mfma_f32_16x16x16f16`` / ``..._16x16x16bf16_1k``).
+
+The RDNA4 layout (`RDNA4_TENSOR_CORES`, written down once in ``_wmma12_a/b/c``) is the one AMD's RDNA4 ISA guide
+describes for 16x16x16 WMMA in wave32 (taken from a summary of the guide: its tables were not re-read for this).
+It agrees with composable_kernel's ``ck_tile`` gfx12 WMMA traits (A/B: 16 lanes along M/N times 2 lanes along K, 8
+consecutive K per lane; C/D: 2 lanes along M times 8 consecutive rows per lane, 16 lanes along N), with tinygrad's
+``amd_rdna4`` tensor core (the same C/D layout and M/N placement of A and B; its K order within a lane differs, but
+alike in A and B, which gives the same product), and with a layout probe published for a gfx1201 GPU (hipfire PR
+140: accumulator element j of lane l is row ``8 * (l >> 4) + j``, column ``l & 15``, for the iu4 WMMA). It has not
+run on an RDNA4 GPU here (none at hand): ``tests/test_amd_on_device.py`` checks it on one. A matmul can't tell the
+K order apart (any order that A and B share gives the same product); the M and N placements it does check.
 """
 
 from __future__ import annotations
@@ -116,48 +126,77 @@ def _mfma_c(lane: int, i: int) -> tuple[int, int]:
     return 4 * (lane // 16) + i, lane % 16
 
 
+# RDNA4 (gfx1200, gfx1201) v_wmma_f32_16x16x16_{f16,bf16} in wave32 (the ``_gfx12`` builtins), the layout of AMD's
+# RDNA4 ISA guide (sources in the module docstring): no copies; lane l holds 8 elements of each operand, row l % 16
+# of A and column l % 16 of B at K = 8 * (l // 16) + i, and C/D column l % 16 at rows 8 * (l // 16) + i (lanes 0-15
+# rows 0-7, lanes 16-31 rows 8-15: not gfx11's interleave). The one place this layout is written down.
+def _wmma12_a(lane: int, i: int) -> tuple[int, int]:  # A is 16 x 16 (rows m, cols k)
+    return lane % 16, 8 * (lane // 16) + i
+
+
+def _wmma12_b(lane: int, i: int) -> tuple[int, int]:  # B is 16 x 16 (rows k, cols n)
+    return 8 * (lane // 16) + i, lane % 16
+
+
+def _wmma12_c(lane: int, i: int) -> tuple[int, int]:  # C and D are 16 x 16 (rows m, cols n)
+    return 8 * (lane // 16) + i, lane % 16
+
+
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 RDNA3_TENSOR_CORES = [
     TensorCore.from_maps((16, 16, 16), 32, din, dtypes.float32, a=_wmma_a, b=_wmma_b, c=_wmma_c, replication=(2, 2))
     for din in _HALVES
 ]
+RDNA4_TENSOR_CORES = [
+    TensorCore.from_maps((16, 16, 16), 32, din, dtypes.float32, a=_wmma12_a, b=_wmma12_b, c=_wmma12_c)
+    for din in _HALVES
+]
 CDNA_TENSOR_CORES = [
     TensorCore.from_maps((16, 16, 16), 64, din, dtypes.float32, a=_mfma_a, b=_mfma_b, c=_mfma_c) for din in _HALVES
 ]
-# (builtin, lanes of A/B, lanes of C/D, extra arguments) per (wave size, input dtype); bf16 goes in as raw shorts
+# (builtin, lanes of C/D, extra arguments) per (wave size, elements of A and B per lane, input dtype): gfx11's WMMA
+# takes 16 (copies in lanes 16-31), gfx12's 8, CDNA's MFMA 4; bf16 goes in as raw shorts
 _MATRIX_BUILTINS = {
-    (32, dtypes.float16): ("__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", 16, 8, ""),
-    (32, dtypes.bfloat16): ("__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", 16, 8, ""),
-    (64, dtypes.float16): ("__builtin_amdgcn_mfma_f32_16x16x16f16", 4, 4, ", 0, 0, 0"),
-    (64, dtypes.bfloat16): ("__builtin_amdgcn_mfma_f32_16x16x16bf16_1k", 4, 4, ", 0, 0, 0"),
+    (32, 16, dtypes.float16): ("__builtin_amdgcn_wmma_f32_16x16x16_f16_w32", 8, ""),
+    (32, 16, dtypes.bfloat16): ("__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32", 8, ""),
+    (32, 8, dtypes.float16): ("__builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12", 8, ""),
+    (32, 8, dtypes.bfloat16): ("__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32_gfx12", 8, ""),
+    (64, 4, dtypes.float16): ("__builtin_amdgcn_mfma_f32_16x16x16f16", 4, ", 0, 0, 0"),
+    (64, 4, dtypes.bfloat16): ("__builtin_amdgcn_mfma_f32_16x16x16bf16_1k", 4, ", 0, 0, 0"),
 }
+RDNA4_ARCHS = ("gfx1200", "gfx1201")  # gfx12 names clang builds; gfx1250's WMMA is another one (16x16x32 and more)
 
 
 def tensor_cores_for(arch: str | None) -> list[TensorCore]:
-    """The tensor cores `arch` has and this renderer writes: WMMA on RDNA3 (``gfx11*``), MFMA on CDNA2/3 (``gfx90a``,
-    ``gfx94*``); none for other archs (RDNA4's WMMA has another layout, not declared yet) or an unknown one (None).
+    """The tensor cores `arch` has and this renderer writes: WMMA on RDNA3 (``gfx11*``) and RDNA4 (`RDNA4_ARCHS`:
+    ``gfx1200``, ``gfx1201``; its layout from AMD's ISA guide, not yet run on such a GPU), MFMA on CDNA2/3
+    (``gfx90a``, ``gfx94*``); none for other archs (gfx908, gfx10*, gfx1250) or an unknown one (None).
 
     >>> len(tensor_cores_for("gfx1100")), tensor_cores_for("gfx942")[0].threads, tensor_cores_for("gfx1030")
     (2, 64, [])
+    >>> tensor_cores_for("gfx1201")[0].elements_per_thread
+    (8, 8, 8)
     """
     if arch is None:
         return []
     if arch.startswith("gfx11"):
         return RDNA3_TENSOR_CORES
+    if arch in RDNA4_ARCHS:
+        return RDNA4_TENSOR_CORES
     if arch == "gfx90a" or arch.startswith("gfx94"):
         return CDNA_TENSOR_CORES
     return []
 
 
 def render_matrix_op(ctx: KernelWriter, x: UOp, a: list[str], b: list[str], c: list[str]) -> list[str]:
-    """One 16x16x16 matrix multiply-accumulate with fp32 accumulate: ``v_wmma_f32_16x16x16_*`` (32 lanes, RDNA3) or
-    ``v_mfma_f32_16x16x16*`` (64 lanes, CDNA), through clang's amdgcn builtins on ``ext_vector_type`` operands.
-    Returns the lanes of D as fresh float variables."""
-    din, threads = x.src[0].dtype.scalar(), x.arg[2]
-    spec = _MATRIX_BUILTINS.get((threads, din))
+    """One 16x16x16 matrix multiply-accumulate with fp32 accumulate: ``v_wmma_f32_16x16x16_*`` (32 lanes; 16 elements
+    of A and B per lane on RDNA3, 8 on RDNA4) or ``v_mfma_f32_16x16x16*`` (64 lanes, CDNA), through clang's amdgcn
+    builtins on ``ext_vector_type`` operands. Returns the lanes of D as fresh float variables."""
+    din, threads, count = x.src[0].dtype.scalar(), x.arg[2], x.arg[3][0]
+    spec = _MATRIX_BUILTINS.get((threads, count, din))
     if spec is None:
         raise ctx.fail(x, "AMD renders 16x16x16 fp16/bf16 matrix ops with fp32 accumulate in 32 or 64 lanes only")
-    builtin, count, out_count, extra = spec
+    builtin, out_count, extra = spec
     if len(a) != count or len(b) != count or len(c) != out_count:
         raise ctx.fail(x, f"{builtin} takes {count} lanes of A and B and {out_count} of C per lane")
     element = "short" if din == dtypes.bfloat16 else "_Float16"
