@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata as md
 import json
 import shutil
@@ -136,30 +137,29 @@ def test_doctor_says_metal_needs_macos_and_what_to_do(fake_site):
     assert "devices that work here:" in report["fix"] and "DEV=" in report["fix"]
 
 
-def test_doctor_says_there_is_no_nvidia_driver_and_what_to_do(fake_site):
-    if not _installed("tinycore-cuda"):
-        pytest.skip("tinycore-cuda is not installed (pip install -e plugins/tinycore_cuda)")
-    from tinycore_cuda.plugin import probe
-
+def _doctor_report_of_a_missing_gpu(fake_site, device: str, hardware: str) -> dict:
+    """`tinycore doctor DEVICE --json`'s report where the plugin is installed and its GPU is not (else a skip)."""
+    dist = f"tinycore-{device.lower()}"
+    if not _installed(dist):
+        pytest.skip(f"{dist} is not installed (pip install -e plugins/{dist.replace('-', '_')})")
+    probe = importlib.import_module(f"tinycore_{device.lower()}.plugin").probe
     if probe().ok:
-        pytest.skip("this machine has an NVIDIA GPU")
-    out = tinycore(fake_site, "doctor", "CUDA", "--json")
+        pytest.skip(f"this machine has an {hardware} GPU: {device} passes here")
+    out = tinycore(fake_site, "doctor", device, "--json")
     report = json.loads(out.stdout)["devices"][0]
-    assert out.returncode == 1 and report["status"] == "FAIL" and report["distribution"] == "tinycore-cuda"
+    assert out.returncode == 1 and report["status"] == "FAIL" and report["distribution"] == dist
+    return report
+
+
+def test_doctor_says_there_is_no_nvidia_driver_and_what_to_do(fake_site):
+    report = _doctor_report_of_a_missing_gpu(fake_site, "CUDA", "NVIDIA")
     assert report["reason"].startswith(("probe: no NVIDIA driver", "probe: no GPU", "probe: cuda-bindings"))
     assert report["fix"]
 
 
 def test_doctor_shows_the_plugin_report_of_a_device_that_fails_its_probe(fake_site):
-    if not _installed("tinycore-amd"):
-        pytest.skip("tinycore-amd is not installed (pip install -e plugins/tinycore_amd)")
-    from tinycore_amd.plugin import probe
-
-    if probe().ok:
-        pytest.skip("this machine has an AMD GPU: AMD passes here")
-    out = tinycore(fake_site, "doctor", "AMD", "--json")
-    report = json.loads(out.stdout)["devices"][0]
-    assert report["status"] == "FAIL" and report["reason"].startswith("probe:")
+    report = _doctor_report_of_a_missing_gpu(fake_site, "AMD", "AMD")
+    assert report["reason"].startswith("probe:")
     assert "compiler" in report["info"] and "hiprtc" in report["info"]  # which compiler AMD would use, and why
 
 

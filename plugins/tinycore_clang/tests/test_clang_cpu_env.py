@@ -142,15 +142,20 @@ def test_llvm_knows_every_cpu_of_the_table(llvm: str) -> None:
 
 
 # ----- what CLANG_CPU changes (needs a machine that runs haswell code) -----
+def _llvmlite_backend_for(monkeypatch: pytest.MonkeyPatch, cpu: str) -> None:
+    """The llvm backend on llvmlite's LLVM, building for `cpu`."""
+    monkeypatch.setenv("CLANG_BACKEND", "llvm")
+    monkeypatch.delenv(libllvm.LIBRARY_ENV, raising=False)
+    monkeypatch.setenv(CPU_ENV, cpu)
+
+
 @needs_llvmlite
 @needs_haswell
 def test_the_llvm_target_follows_clang_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from tinycore_clang.llvm_renderer import LLVMRenderer
     from tinycore_clang.llvmlite_toolchain import LlvmliteToolchain
 
-    monkeypatch.setenv("CLANG_BACKEND", "llvm")
-    monkeypatch.delenv(libllvm.LIBRARY_ENV, raising=False)
-    monkeypatch.setenv(CPU_ENV, "haswell")
+    _llvmlite_backend_for(monkeypatch, "haswell")
     renderer, compiler = plugin.tinycore_compile_target(name="CLANG", arch=None)
     assert isinstance(renderer, LLVMRenderer) and renderer.arch == "haswell"
     assert (renderer.vector_bytes, renderer.vector_registers) == (32, 16)
@@ -167,9 +172,7 @@ def test_the_llvm_target_follows_clang_cpu(monkeypatch: pytest.MonkeyPatch) -> N
 @needs_llvmlite
 @needs_haswell
 def test_haswell_kernels_use_ymm_registers_and_no_zmm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CLANG_BACKEND", "llvm")
-    monkeypatch.delenv(libllvm.LIBRARY_ENV, raising=False)
-    monkeypatch.setenv(CPU_ENV, "haswell")
+    _llvmlite_backend_for(monkeypatch, "haswell")
     renderer, compiler = plugin.tinycore_compile_target(name="CLANG", arch=None)
     sources = matmul_sources(renderer)
     assert sources
