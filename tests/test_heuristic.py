@@ -235,6 +235,25 @@ def test_cpu_long_elementwise_exp_takes_two_vectors_per_step():
     np.testing.assert_allclose(got, np.exp2(a.ravel()), rtol=1e-5)
 
 
+def test_cpu_wide_vectors_fall_back_to_one_vector_where_two_exceed_an_axis_upcast():
+    # with 64-byte vectors two vectors of floats are 32 lanes, more than one UPCAST takes (16): the output must still
+    # get one whole vector (AVX-512 had none: exp over 16M floats 59 -> 8 ms, softmax's output pass scalar)
+    x = load(1, 64 * 1024).reshape((64, 1024))
+    out = UOp.define_global(0, dtypes.float, 64 * 1024).reshape((64, 1024))
+    opts = opts_of(UOp.sink(out.store(x.alu(Ops.EXP2))), WideCPURenderer())
+    assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [16]
+    rows = load(1, 64 * 1024).reshape((64, 1024))
+    m = rows.r(Ops.MAX, (1,))
+    e = (rows - m).alu(Ops.EXP2)
+    softmax = UOp.sink(out.store(e * e.r(Ops.ADD, (1,)).alu(Ops.RECIP)))
+    opts = opts_of(softmax, WideCPURenderer())
+    assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [16]  # the output pass: whole vectors
+    a = np.random.default_rng(2).standard_normal((64, 1024)).astype(np.float32)
+    got = run(softmax, [a.ravel()], WideCPURenderer()).reshape(64, 1024)
+    want = np.exp2(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(got, want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-8)
+
+
 def test_thread_count_and_vector_width_sources():
     k = get_kernel(elementwise_ast(4, 4), CPURenderer())
     assert thread_count(k) == 4 and vector_width(k, 4) == 8 and vector_width(k, 2) == 16

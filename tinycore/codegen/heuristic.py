@@ -138,6 +138,15 @@ def _divisor(size: object, wanted: Sequence[int]) -> int | None:
     return next((w for w in wanted if w > 1 and size % w == 0 and size >= w), None)
 
 
+def _try_amounts(k: Kernel, op: OptOps, axis: int, size: object, wanted: Sequence[int]) -> int | None:
+    """Apply ``Opt(op, axis, amt)`` for the first amount of `wanted` that divides `size` and that the kernel accepts
+    (an upcast caps the lanes: two AVX-512 vectors of floats are more than one axis may take); the amount, or None."""
+    for amt in wanted:
+        if _divisor(size, (amt,)) is not None and _try(k, Opt(op, axis, amt)):
+            return amt
+    return None
+
+
 def _axis_index(axes: list[UOp], rng: UOp) -> int | None:
     """The position of the axis with `rng`'s id in `axes` (axes are rebuilt when the kernel changes)."""
     for i, r in enumerate(axes):
@@ -388,10 +397,9 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         # a long elementwise kernel computing exp/log/sin per element: two vectors per step let the two
         # polynomial chains overlap (softmax's last kernel: ~13% faster on AVX2)
         double = (2 * vw,) if not k.reduce_axes and _transcendental(k) and _long_enough(size, 64 * vw) else ()
-        amt = _divisor(size, (*whole, *double, vw, vw // 2, 4, 2))
         idx = _axis_index(k.output_axes, out_axis)
-        if amt is not None and idx is not None and _try(k, Opt(OptOps.UPCAST, idx, amt)):
-            out_lanes = amt
+        if idx is not None:
+            out_lanes = _try_amounts(k, OptOps.UPCAST, idx, size, (*whole, *double, vw, vw // 2, 4, 2)) or 1
     if not k.reduce_axes and vw > 1:
         _cpu_permute(k, vw, out_lanes, out_axis)
     if k.reduce_axes:  # a strided reduce: unroll a little for independent loads
@@ -409,9 +417,9 @@ def _vectorize_row_passes(k: Kernel, vw: int, out_axis: UOp, passes: list[UOp]) 
     upcast by two vectors, each contiguous reduce pass unrolled by four vectors, two when its body computes exp or
     log (16 polynomial chains no longer fit the registers). On 4096 x 4096 (AVX2) these are within 3% of the best
     of the splits tried by hand."""
-    idx, amt = _axis_index(k.output_axes, out_axis), _divisor(_size(out_axis), (2 * vw, vw))
-    if idx is not None and amt is not None:
-        _try(k, Opt(OptOps.UPCAST, idx, amt))
+    idx = _axis_index(k.output_axes, out_axis)
+    if idx is not None:
+        _try_amounts(k, OptOps.UPCAST, idx, _size(out_axis), (2 * vw, vw))
     for rng in passes:
         bodies = [red.src[0] for red in k.sink.toposort() if red.op is Ops.REDUCE and rng in red.src[1:]]
         heavy = any(u.op in _TRANSCENDENTAL for body in bodies for u in body.toposort())
