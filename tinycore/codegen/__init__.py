@@ -3,8 +3,9 @@
 `get_program(ast, renderer, opts)` runs three steps:
 
 1. `get_kernel`: `lowerer.lower_ast` (ranges for the output shape, indices pushed through movement ops to every
-   LOAD, REDUCE_AXIS as REDUCE over new reduce ranges, indices simplified); fp8 values as uint8 bits
-   (`decompositions.lower_fp8`); on CPU-style renderers with
+   LOAD, REDUCE_AXIS as REDUCE over new reduce ranges, indices simplified); a one-hot selection summed over its
+   range as one indexed load (`select_fold.fold_one_hot_selects`: indexing, gather, embeddings); fp8 values as
+   uint8 bits (`decompositions.lower_fp8`); on CPU-style renderers with
    ``row_reduce_bytes``, `stash.stash_reduce_values` (a reduce body the output needs again kept in a row-sized
    register array); the renderer's ``extra_rules[lower]``. The result is a `kernel.Kernel`: the kernel's axes;
 2. optimization: `opts` (a list of `Opt`: a BEAM search's, which the engine runs on the device with ``BEAM>=1``,
@@ -88,11 +89,13 @@ def _apply_default_opts(k: Kernel) -> None:
 
 def get_kernel(ast: UOp, renderer: Renderer) -> Kernel:
     """The lowered kernel of `ast` as a `Kernel` (no optimization applied yet): the optimizer's entry point.
-    `lowerer.lower_ast`, then (CPU-style renderers with ``row_reduce_bytes``) `stash.stash_reduce_values`, then the
-    renderer's ``extra_rules[lower]``."""
+    `lowerer.lower_ast`, `select_fold.fold_one_hot_selects` (a one-hot selection sum as one indexed load), then
+    (CPU-style renderers with ``row_reduce_bytes``) `stash.stash_reduce_values`, then the renderer's
+    ``extra_rules[lower]``."""
     from tinycore.codegen.lowerer import lower_ast
+    from tinycore.codegen.select_fold import fold_one_hot_selects
 
-    sink = lower_ast(ast)
+    sink = fold_one_hot_selects(lower_ast(ast))
     if _uses_fp8(ast):  # no renderer knows the fp8 types: uint8 bits, converted in float32
         from tinycore.codegen.decompositions import lower_fp8
 

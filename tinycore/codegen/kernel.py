@@ -325,6 +325,17 @@ class Kernel:
         sizes += [_size(r) for r in self.axes_of(AxisType.UNROLL) if r in mine]
         return prod(s for s in sizes if isinstance(s, int))
 
+    def _gather_ranges(self) -> set[UOp]:
+        """The ranges that reach a memory address through a loaded value (a gather: ``m[idx[i]]``): their lanes
+        would need one address per lane, which vector expansion doesn't build, so they are never upcast."""
+        out: set[UOp] = set()
+        for u in self.sink.toposort():
+            if u.op is Ops.INDEX and len(u.src) > 1:
+                for inner in u.src[1].toposort():
+                    if inner.op is Ops.LOAD:
+                        out |= {r for r in inner.src[0].toposort() if r.op is Ops.RANGE}
+        return out
+
     @property
     def buffers(self) -> list[UOp]:
         """The kernel's ``DEFINE_GLOBAL``s, by argument index."""
@@ -425,11 +436,13 @@ class Kernel:
             amt = self._amount(rng, opt)
             _check(amt <= 16, f"{opt}: upcast by more than 16")
             _check(self._upcast_lanes() * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
+            _check(rng not in self._gather_ranges(), f"{opt}: the axis picks the addresses of a gather")
             self.shift_to(rng, amt, AxisType.UPCAST)
         elif opt.op is OptOps.UNROLL:
             rng = self._pick(self.reduce_axes, opt, "reduce")
             amt = self._amount(rng, opt)
             _check(amt <= 32, f"{opt}: unroll by more than 32")
+            _check(rng not in self._gather_ranges(), f"{opt}: the axis picks the addresses of a gather")
             _check(self._lanes_with(rng) * amt <= 256, f"{opt}: more than 256 upcast lanes in total")
             self.shift_to(rng, amt, AxisType.UNROLL)
         elif opt.op is OptOps.PADTO:
