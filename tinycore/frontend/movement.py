@@ -8,8 +8,9 @@ loop indices):
 
 - **One-hot selection** (the general path of advanced indexing, `gather`, `scatter*`): compare the index tensor
   with `arange(n)` along a new axis, ``mask.where(x, 0).sum(that axis)``. It stays one fused kernel, and its
-  gradient is the transposed one-hot, but it costs ``O(numel(out) * n)`` work, where ``n`` is the size of the
-  indexed dimension(s).
+  gradient is the transposed one-hot. Code generation turns the pick into one load at the index
+  (`tinycore.codegen.select_fold`), so a read costs ``O(numel(out))``; the gradient (a scatter) and `scatter*`
+  still cost ``O(numel(out) * n)``, where ``n`` is the size of the indexed dimension(s).
 - **Static gather** (indices known on the host: Python ints/lists, numpy arrays): consecutive runs of indices are
   cut out with `shrink` and joined with `cat`, costing ``O(numel(out) * pieces)``. Used when the indices form at
   most `_STATIC_PIECES` runs and the indexed range is larger than the number of pieces (so it is cheaper than the
