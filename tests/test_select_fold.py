@@ -74,3 +74,16 @@ def test_a_gathers_address_lanes_are_never_upcast() -> None:
     with pytest.raises(KernelOptError, match="gather"):
         k.apply_opt(Opt(OptOps.UPCAST, axis, 4))
     assert m[idx].numpy().shape == (16, 32)
+
+
+def test_indexing_writes_its_output_in_order_and_vectorizes_the_rows() -> None:
+    from tinycore.codegen.heuristic import hand_coded_optimizations
+
+    m = Tensor(np.random.default_rng(3).standard_normal((64, 32)).astype(np.float32))
+    idx = Tensor(np.arange(16, dtype=np.int32)[::-1].copy())
+    (k,) = _kernels(m[idx].contiguous(), "CLANG")
+    opts = hand_coded_optimizations(k)
+    assert any(o.op is OptOps.UPCAST for o in opts)  # whole vectors along each picked row (not the gather axis)
+    out = m[idx]
+    assert out.uop.op is not Ops.PERMUTE  # built in its final order, no transposing view over the kernel's output
+    np.testing.assert_array_equal(out.numpy(), m.numpy()[::-1][48:])

@@ -58,6 +58,12 @@ def _dim(d: int, ndim: int) -> int:
     return d % n if ndim else 0
 
 
+def _broadcast_position(dims: list[int]) -> int:
+    """Where advanced indexing puts the broadcast index dimensions (numpy's rule): at the first indexed dimension
+    when the indexed dimensions are adjacent, else first."""
+    return dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+
+
 def _empty_from(x: Tensor, shape: tuple[int, ...], dtype: Any = None) -> Tensor:
     """A 0-element tensor of `shape` still connected to `x` in the graph (so gradients reach `x` as zeros)."""
     flat = x.reshape(-1) if x.ndim != 1 else x
@@ -733,14 +739,29 @@ class MovementMixin:
                 t = t.cast(dtypes.int32) if t.dtype != dtypes.int32 else t
                 t = (t < 0).where(t + n, t)._broadcast_to(bshape)
                 lin_t = t if lin_t is None else lin_t * n + t
-            picked = x._take_last(_Adv(lin_t, None))
+            assert lin_t is not None
+            return x._pick_last_into(lin_t, _broadcast_position(dims))
         # picked: other_shape + bshape; place the broadcast dims
-        adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
         nb, no = len(bshape), len(other_shape)
-        at = dims[0] if adjacent else 0
+        at = _broadcast_position(dims)
         order = list(range(no, no + nb))
         order = list(range(at)) + order + list(range(at, no))
         return picked.permute(order) if order != list(range(no + nb)) else picked
+
+    def _pick_last_into(self: Any, index: Tensor, at: int) -> Tensor:
+        """``self[..., index]`` along the last dimension with `index`'s dimensions placed at position `at` of the
+        result (``lead[:at] + index.shape + lead[at:]``), built in that order: the kernel (a one-hot sum that code
+        generation folds into one load, `tinycore.codegen.select_fold`) then writes its output contiguously instead
+        of through a transposing view. Indices must be in range and non-negative."""
+        T = _T()
+        n, lead, bshape = self.shape[-1], tuple(self.shape[:-1]), tuple(index.shape)
+        final = (*lead[:at], *bshape, *lead[at:])
+        if prod(final) == 0 or n == 0:
+            return _empty_from(self, final)
+        arange = T.Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+        mask = index.reshape(*([1] * at), *bshape, *([1] * (len(lead) - at)), 1) == arange
+        src = self.reshape(*lead[:at], *([1] * len(bshape)), *lead[at:], n)
+        return src._select_sum(mask, -1)
 
     def _take_last(self: Any, index: _Adv) -> Tensor:
         """``out[..., *b] = self[..., index[*b]]`` along the last dimension (indices in range and non-negative)."""
