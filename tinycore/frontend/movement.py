@@ -788,11 +788,7 @@ class MovementMixin:
             idx = T.Tensor(np.ascontiguousarray(index.host, dtype=np.int32), device=self.device)
         else:
             idx = index.tensor
-        # one-hot: (lead..., *bshape, n) mask against (lead..., 1.., n)
-        arange = T.Tensor.arange(n, device=self.device, dtype=dtypes.int32)
-        mask = idx.reshape(*([1] * len(lead)), *bshape, 1) == arange
-        src = self.reshape(*lead, *([1] * len(bshape)), n)
-        return src._select_sum(mask, -1)
+        return self._pick_last_into(idx, len(lead))
 
     def _select_sum(self: Any, mask: Tensor, axis: int) -> Tensor:
         """``mask.where(self, 0)`` reduced over `axis` when at most one element per row is selected: the picked
