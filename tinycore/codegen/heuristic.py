@@ -379,9 +379,8 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         # lane: one vector per step, as wider steps cost compile time (wide gathers) and gain nothing at run time
         gathered = any(_stride(p, red_axis) not in (0, 1) for p in loads)
         idx = _axis_index(k.reduce_axes, red_axis)
-        for amt in (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2):  # the widest the kernel takes (64 lanes: not)
-            if idx is not None and _divisor(_size(red_axis), (amt,)) and _try(k, Opt(OptOps.UNROLL, idx, amt)):
-                break
+        if idx is not None:  # the widest the kernel takes (64 lanes: not)
+            _try_amounts(k, OptOps.UNROLL, idx, _size(red_axis), (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2))
         # long rows reduced side by side: four rows per step give four independent memory streams (row max/sum of a
         # 4096 x 4096 matrix: ~25% faster on AVX2, what BEAM picks first); not with exp/log in the body, whose
         # 16 polynomial chains would no longer fit the registers
@@ -424,9 +423,8 @@ def _vectorize_row_passes(k: Kernel, vw: int, out_axis: UOp, passes: list[UOp]) 
         bodies = [red.src[0] for red in k.sink.toposort() if red.op is Ops.REDUCE and rng in red.src[1:]]
         heavy = any(u.op in _TRANSCENDENTAL for body in bodies for u in body.toposort())
         idx = _axis_index(k.reduce_axes, rng)
-        for amt in (2 * vw, vw, 4, 2) if heavy else (4 * vw, 2 * vw, vw, 4, 2):
-            if idx is not None and _divisor(_size(rng), (amt,)) and _try(k, Opt(OptOps.UNROLL, idx, amt)):
-                break
+        if idx is not None:
+            _try_amounts(k, OptOps.UNROLL, idx, _size(rng), (2 * vw, vw, 4, 2) if heavy else (4 * vw, 2 * vw, vw, 4, 2))
 
 
 def _transcendental(k: Kernel) -> bool:

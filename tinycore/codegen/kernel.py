@@ -325,16 +325,20 @@ class Kernel:
         sizes += [_size(r) for r in self.axes_of(AxisType.UNROLL) if r in mine]
         return prod(s for s in sizes if isinstance(s, int))
 
-    def _gather_ranges(self) -> set[UOp]:
+    def _gather_ranges(self) -> frozenset[UOp]:
         """The ranges that reach a memory address through a loaded value (a gather: ``m[idx[i]]``): their lanes
         would need one address per lane, which vector expansion doesn't build, so they are never upcast."""
+        cached = self.__dict__.get("_gathers_of")  # (sink, its gather ranges): walked once per graph, not per opt
+        if cached is not None and cached[0] is self.sink:
+            return cached[1]
         out: set[UOp] = set()
         for u in self.sink.toposort():
             if u.op is Ops.INDEX and len(u.src) > 1:
                 for inner in u.src[1].toposort():
                     if inner.op is Ops.LOAD:
                         out |= {r for r in inner.src[0].toposort() if r.op is Ops.RANGE}
-        return out
+        self.__dict__["_gathers_of"] = (self.sink, frozenset(out))
+        return frozenset(out)
 
     @property
     def buffers(self) -> list[UOp]:

@@ -108,23 +108,17 @@ def keccak_rows(rows: np.ndarray, rate: int, dsbyte: int) -> np.ndarray:
     return np.ascontiguousarray(state.reshape(n, 25), dtype="<u8").view(np.uint8)[:, : digest_size(rate)].copy()
 
 
-def _hashlib_digest(cfg: tuple[int, int], message: bytes | memoryview) -> bytes | None:
-    """The digest through hashlib when ``cfg`` is one of its functions, else None."""
-    name = next((k for k, v in NAMED.items() if v == cfg), None)
-    if name is None:
-        return None
-    h = hashlib.new(name, message)
-    return h.digest(digest_size(cfg[0])) if name.startswith("shake") else h.digest()  # type: ignore[call-arg]
-
-
 def keccak(rows: np.ndarray, cfg: str | tuple[int, int]) -> np.ndarray:
     """The sponge ``cfg`` of each row of a 2-d uint8 array (hashlib where it has the function)."""
     sponge = sponge_of(cfg)
-    if _hashlib_digest(sponge, b"") is None:
+    name = next((k for k, v in NAMED.items() if v == sponge), None)
+    if name is None:
         return keccak_rows(rows, *sponge)
-    out = np.empty((rows.shape[0], digest_size(sponge[0])), dtype=np.uint8)
+    size = digest_size(sponge[0])
+    out = np.empty((rows.shape[0], size), dtype=np.uint8)
     for i, row in enumerate(rows):
-        out[i] = np.frombuffer(_hashlib_digest(sponge, row.tobytes()), np.uint8)  # type: ignore[arg-type]
+        h = hashlib.new(name, row.tobytes())
+        out[i] = np.frombuffer(h.digest(size) if name.startswith("shake") else h.digest(), np.uint8)  # type: ignore[call-arg]
     return out
 
 
@@ -138,13 +132,10 @@ def _hash_chunks(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _pad_to_chunks(data: bytes) -> bytes:
-    return data + bytes(-len(data) % CHUNK or (CHUNK if not data else 0))
-
-
 def tree_hash(data: bytes) -> bytes:
     """tinygrad's 16-byte content hash of ``data`` (see the module docstring); empty data hashes one zero chunk."""
-    level = _hash_chunks(_pad_to_chunks(data))
-    while len(level) > 16:
-        level = _hash_chunks(_pad_to_chunks(level))
-    return level
+    level = data or bytes(CHUNK)
+    while True:
+        level = _hash_chunks(level + bytes(-len(level) % CHUNK))
+        if len(level) == 16:
+            return level

@@ -764,7 +764,8 @@ class MovementMixin:
         return src._select_sum(mask, -1)
 
     def _take_last(self: Any, index: _Adv) -> Tensor:
-        """``out[..., *b] = self[..., index[*b]]`` along the last dimension (indices in range and non-negative)."""
+        """``out[..., *b] = self[..., index[*b]]`` along the last dimension, for host-known indices (in range and
+        non-negative): a few runs of consecutive indices are cut out and joined, more are one-hot picked."""
         import numpy as np
 
         T = _T()
@@ -773,21 +774,18 @@ class MovementMixin:
         bshape = index.shape
         if prod(lead) * prod(bshape) == 0 or n == 0:
             return _empty_from(self, (*lead, *bshape))
-        if index.host is not None:
-            flat = index.host.reshape(-1)
-            runs: list[tuple[int, int]] = []
-            for v in flat.tolist():
-                if runs and runs[-1][1] == v:
-                    runs[-1] = (runs[-1][0], v + 1)
-                else:
-                    runs.append((v, v + 1))
-            if len(runs) <= _STATIC_PIECES and len(runs) < n:
-                pieces = [self._slice_dim(self.ndim - 1, a, b) for a, b in runs]
-                out = pieces[0].cat(*pieces[1:], dim=-1) if len(pieces) > 1 else pieces[0]
-                return out.reshape(*lead, *bshape)
-            idx = T.Tensor(np.ascontiguousarray(index.host, dtype=np.int32), device=self.device)
-        else:
-            idx = index.tensor
+        assert index.host is not None, "tensor indices are picked by _pick_last_into"
+        runs: list[tuple[int, int]] = []
+        for v in index.host.reshape(-1).tolist():
+            if runs and runs[-1][1] == v:
+                runs[-1] = (runs[-1][0], v + 1)
+            else:
+                runs.append((v, v + 1))
+        if len(runs) <= _STATIC_PIECES and len(runs) < n:
+            pieces = [self._slice_dim(self.ndim - 1, a, b) for a, b in runs]
+            out = pieces[0].cat(*pieces[1:], dim=-1) if len(pieces) > 1 else pieces[0]
+            return out.reshape(*lead, *bshape)
+        idx = T.Tensor(np.ascontiguousarray(index.host, dtype=np.int32), device=self.device)
         return self._pick_last_into(idx, len(lead))
 
     def _select_sum(self: Any, mask: Tensor, axis: int) -> Tensor:

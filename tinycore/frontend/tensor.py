@@ -135,7 +135,10 @@ def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     `dtypes.index` expressions (`UOp.as_index`)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(_index_sint(d) for d in shape)
+    for d in shape:  # (a hot path: most shapes are ints and are returned as they are)
+        if isinstance(d, UOp) and d.dtype != dtypes.index:
+            return tuple(_index_sint(d) for d in shape)
+    return tuple(shape)
 
 
 def _index_sint(d: Any) -> Any:
