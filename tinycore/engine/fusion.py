@@ -633,7 +633,9 @@ class FusionGraph:
         while node is not point:
             above.append((node.op, node.arg))
             node = node.src[0]
-        return OutputView(slot, fresh, tuple(reversed(chain)), len(above), tuple(above), point.op, symbolic)
+        shape = point.shape
+        fixed = shape if shape is not None and all(type(d) is int for d in shape) else None
+        return OutputView(slot, fresh, tuple(reversed(chain)), len(above), tuple(above), point.op, symbolic, fixed)
 
     def order(self) -> list[UOp]:
         """The realize points in dependency order: producers first, and a kernel reading a buffer's old contents

@@ -201,4 +201,5 @@ def remember_outputs(
             else:
                 if node.op is out.point_op and node not in realized_table and node.op is not Ops.ASSIGN:
                     buf = view_base(new)
-                    realized_table[node] = (flat_view(buf, node.shape, buf.arg, unbind=False), epoch, in_bufs)
+                    shape = out.point_shape if out.point_shape is not None else node.shape
+                    realized_table[node] = (flat_view(buf, shape, buf.arg, unbind=False), epoch, in_bufs)

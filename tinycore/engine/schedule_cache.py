@@ -216,6 +216,7 @@ class OutputView:
     above: tuple[tuple[Ops, Any], ...] = ()  # those movement ops, root first
     point_op: Ops | None = None  # the op of the computed node
     symbolic: bool = False  # the chain holds unbound variables (symbolic shapes): bound per call
+    point_shape: tuple[int, ...] | None = None  # the computed node's shape when fixed (a hit reads it, no walk)
 
 
 @dataclass

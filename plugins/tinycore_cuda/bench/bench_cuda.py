@@ -2,9 +2,10 @@
 
 Each workload is timed for tinycore and torch alternately (median of `--repeats`), every timed region ending in a
 device synchronize; ratios are tinycore / torch for throughputs and torch / tinycore for times (> 1: tinycore better).
-The kernel workloads (matmul, a*b+a, sum, softmax) are timed twice for tinycore: one eager call (sync, call, sync: the
-host time before the first launch counts) and a TinyJit replay of the same call (the kernels' device time, as torch's
-~10 us eager dispatch of a single large kernel shows its own).
+The kernel workloads (matmul, a*b+a, sum, softmax) are timed three ways for tinycore: one eager call (sync, call,
+sync: all the host time before the first launch counts), ten eager calls back to back then one sync (an eager program's
+steady state: the host builds call n+1 while the GPU runs call n) and a TinyJit replay of the same call (the kernels'
+device time); torch's calls are timed back to back (ten per sync), its steady state too.
 
     python3 plugins/tinycore_cuda/bench/bench_cuda.py                       # on the GPU machine
     python3 plugins/tinycore_cuda/bench/bench_cuda.py --device CLANG --torch-device cpu --scale 0.01   # dry run here
@@ -100,8 +101,8 @@ def main() -> None:
         if tdev.type == "cuda":
             torch.cuda.synchronize()
 
-    # name, unit, tinycore eager, tinycore TinyJit (nan: not timed), torch, higher is better
-    rows: list[tuple[str, str, float, float, float, bool]] = []
+    # name, unit, tinycore eager, eager back to back, TinyJit (nan: not timed), torch, higher is better
+    rows: list[tuple[str, str, float, float, float, float, bool]] = []
 
     def attempt(name: str, measure: Callable[[], float]) -> float:
         try:
@@ -117,9 +118,24 @@ def main() -> None:
         theirs: Callable[[], float],
         higher: bool,
         ours_jit: Callable[[], float] | None = None,
+        ours_piped: Callable[[], float] | None = None,
     ) -> None:
         jit_value = attempt(name + " (TinyJit)", ours_jit) if ours_jit is not None else float("nan")
-        rows.append((name, unit, attempt(name, ours), jit_value, theirs(), higher))
+        piped = attempt(name + " (back to back)", ours_piped) if ours_piped is not None else float("nan")
+        rows.append((name, unit, attempt(name, ours), piped, jit_value, theirs(), higher))
+
+    def kernel_row(name: str, unit: str, work: float, ours: Callable[[], Tensor], theirs: Callable[[], Any]) -> None:
+        """A kernel workload: `work` units per second of tinycore's call (eager, eager back to back, TinyJit)
+        and of torch's (back to back)."""
+        row(
+            name,
+            unit,
+            lambda: work / timed(lambda: ours().realize(), sync_tc, reps),
+            lambda: work / timed(theirs, sync_torch, reps, inner=10),
+            True,
+            jitted_rate(work, ours),
+            lambda: work / timed(lambda: ours().realize(), sync_tc, reps, inner=10),
+        )
 
     def jitted_rate(work: float, call: Callable[[], Tensor]) -> Callable[[], float]:
         """`work` per second of a TinyJit replay of `call` (captured on its first calls)."""
@@ -140,45 +156,45 @@ def main() -> None:
     b16 = Tensor(np.random.rand(n, n).astype(np.float16), device=dev).realize()
     ta16, tb16 = (torch.rand(n, n, dtype=torch.float16, device=tdev) for _ in range(2))
     flops = 2 * n**3
-    row(
-        f"matmul fp16 {n}",
-        "TFLOP/s",
-        lambda: flops / timed(lambda: (a16 @ b16).realize(), sync_tc, reps) / 1e12,
-        lambda: flops / timed(lambda: ta16 @ tb16, sync_torch, reps) / 1e12,
-        True,
-        jitted_rate(flops / 1e12, lambda: a16 @ b16),
-    )
+    kernel_row(f"matmul fp16 {n}", "TFLOP/s", flops / 1e12, lambda: a16 @ b16, lambda: ta16 @ tb16)
     # elementwise a*b+a, sum, softmax
     x = Tensor(np.random.rand(big).astype(np.float32), device=dev).realize()
     y = Tensor(np.random.rand(big).astype(np.float32), device=dev).realize()
     tx, ty = torch.rand(big, device=tdev), torch.rand(big, device=tdev)
     tout = torch.empty_like(tx)
-    row(
-        f"a*b+a {big / 2**20:g}M",
-        "GB/s",
-        lambda: 12 * big / timed(lambda: (x * y + x).realize(), sync_tc, reps) / 1e9,
-        lambda: 12 * big / timed(lambda: torch.addcmul(tx, tx, ty, out=tout), sync_torch, reps) / 1e9,
-        True,
-        jitted_rate(12 * big / 1e9, lambda: x * y + x),
-    )
-    row(
-        f"sum {big / 2**20:g}M",
-        "GB/s",
-        lambda: 4 * big / timed(lambda: x.sum().realize(), sync_tc, reps) / 1e9,
-        lambda: 4 * big / timed(lambda: tx.sum(), sync_torch, reps) / 1e9,
-        True,
-        jitted_rate(4 * big / 1e9, lambda: x.sum()),
-    )
+    kernel_row(f"a*b+a {big / 2**20:g}M", "GB/s", 12 * big / 1e9, lambda: x * y + x,
+               lambda: torch.addcmul(tx, tx, ty, out=tout))  # fmt: skip
+    kernel_row(f"sum {big / 2**20:g}M", "GB/s", 4 * big / 1e9, lambda: x.sum(), lambda: tx.sum())
     s = Tensor(np.random.rand(n, n).astype(np.float32), device=dev).realize()
     ts = torch.rand(n, n, device=tdev)
-    row(
-        f"softmax {n}x{n}",
-        "GB/s",
-        lambda: 8 * n * n / timed(lambda: s.softmax(-1).realize(), sync_tc, reps) / 1e9,
-        lambda: 8 * n * n / timed(lambda: torch.softmax(ts, -1), sync_torch, reps) / 1e9,
-        True,
-        jitted_rate(8 * n * n / 1e9, lambda: s.softmax(-1)),
-    )
+    kernel_row(f"softmax {n}x{n}", "GB/s", 8 * n * n / 1e9, lambda: s.softmax(-1), lambda: torch.softmax(ts, -1))
+
+    # host <-> device copies of `big` floats: through the page-locked staging buffers (the default) and straight from
+    # pageable memory (CUDA_STAGING=0), against torch copying the same pageable memory
+    host = np.random.rand(big).astype(np.float32)
+    on_device = Tensor(host, device=dev).realize()
+    th, tdevice_copy = torch.from_numpy(host), torch.from_numpy(host).to(tdev)
+    staging = getattr(Device[dev], "staging", None)
+    for label, stage in [("", staging), (", no staging", None)]:
+        if label and staging is None:
+            break  # no staging on this device: one pair of rows
+
+        def with_staging(fn: Callable[[], Any], stage: Any = stage) -> Callable[[], Any]:
+            def call() -> Any:
+                Device[dev].staging = stage
+                try:
+                    return fn()
+                finally:
+                    Device[dev].staging = staging
+
+            return call if staging is not None else fn
+
+        row(f"copy in {4 * big >> 20}MB{label}", "GB/s",
+            lambda w=with_staging: 4 * big / timed(w(lambda: Tensor(host, device=dev).realize()), sync_tc, reps) / 1e9,
+            lambda: 4 * big / timed(lambda: th.to(tdev), sync_torch, reps) / 1e9, True)  # fmt: skip
+        row(f"copy out {4 * big >> 20}MB{label}", "GB/s",
+            lambda w=with_staging: 4 * big / timed(w(lambda: on_device.numpy()), sync_tc, reps) / 1e9,
+            lambda: 4 * big / timed(lambda: tdevice_copy.cpu(), sync_torch, reps) / 1e9, True)  # fmt: skip
 
     # 100 dependent small kernels replayed: TinyJit against a torch CUDA graph
     def chain(v: Tensor) -> Tensor:
@@ -252,12 +268,17 @@ def main() -> None:
     )
 
     print(f"\ntinycore on {dev} ({getattr(Device[dev], 'name', b'')!r}) vs torch {torch.__version__} on {tdev}")
-    print(f"{'workload':24} {'unit':8} {'tinycore':>10} {'TinyJit':>10} {'torch':>10} {'ratio':>7} {'jit ratio':>9}")
-    for name, unit, ours, jit_value, theirs, higher in rows:
-        ratio, jit_ratio = ((v / theirs if higher else theirs / v) for v in (ours, jit_value))
-        jit_text = "" if jit_value != jit_value else f"{jit_ratio:8.2f}x"
-        print(f"{name:24} {unit:8} {ours:10.2f} {jit_value:10.2f} {theirs:10.2f} {ratio:6.2f}x {jit_text:>9}")
-    print("(ratio > 1: tinycore better; tinycore: one eager call, host time included; TinyJit: the same call replayed)")
+    print(f"{'workload':26} {'unit':8} {'tinycore':>9} {'x10':>9} {'TinyJit':>9} {'torch':>9} {'ratio':>6} {'x10':>6} "
+          f"{'jit':>6}")  # fmt: skip
+    for name, unit, ours, piped, jit_value, theirs, higher in rows:
+        values = (ours, piped, jit_value)
+        ratios = [("" if v != v else f"{(v / theirs if higher else theirs / v):5.2f}x") for v in values]
+        print(f"{name:26} {unit:8} {ours:9.2f} {piped:9.2f} {jit_value:9.2f} {theirs:9.2f} "
+              f"{ratios[0]:>6} {ratios[1]:>6} {ratios[2]:>6}")  # fmt: skip
+    print(
+        "(ratio > 1: tinycore better; tinycore: one eager call, host time included; x10: ten eager calls back to "
+        "back; TinyJit: the call replayed; torch: ten calls back to back)"
+    )
 
 
 if __name__ == "__main__":

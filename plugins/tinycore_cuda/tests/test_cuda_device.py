@@ -57,6 +57,62 @@ def test_freed_blocks_are_reused_and_out_of_memory_empties_the_cache_then_retrie
         alloc.alloc(60000)
 
 
+@pytest.mark.parametrize("nbytes", [(1 << 20) - 4, 1 << 20, 5 * (1 << 20) + 12, 17 * (1 << 20) + 4])
+def test_large_host_copies_go_through_pinned_staging_chunk_by_chunk(
+    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, nbytes: int
+) -> None:
+    from tinycore_cuda import device as cuda_device
+
+    monkeypatch.setattr(cuda_device, "STAGING_CHUNK", 2 << 20)  # several chunks without a big fake GPU
+    fake.memory = 1 << 26
+    alloc = CUDADevice("CUDA", driver=fake).allocator
+    data = np.random.default_rng(nbytes).integers(0, 255, nbytes, dtype=np.uint8)
+    buf = alloc.alloc(nbytes)
+    alloc.copyin(buf, memoryview(data))
+    out = np.zeros_like(data)
+    alloc.copyout(memoryview(out), buf)
+    np.testing.assert_array_equal(out, data)
+    names = [name for name, _ in fake.calls]
+    chunks = -(-nbytes // (2 << 20))
+    if nbytes < cuda_device.STAGING_MIN:  # small copies go straight from pageable memory
+        assert "cuMemHostAlloc" not in names and names.count("cuMemcpyHtoD") == 1
+        return
+    assert names.count("cuMemHostAlloc") == 2 and "cuMemcpyHtoD" not in names and "cuMemcpyDtoH" not in names
+    assert names.count("cuMemcpyHtoDAsync") == chunks and names.count("cuMemcpyDtoHAsync") == chunks
+    # every DMA is followed by its buffer's event; a buffer is refilled only after waiting for it
+    records = [args for name, args in fake.calls if name == "cuEventRecord"]
+    assert len(records) == 2 * chunks and all(stream == 0 for _, stream in records)
+    if chunks > 2:
+        assert names.index("cuEventSynchronize") < [i for i, n in enumerate(names) if n == "cuMemcpyHtoDAsync"][2]
+
+
+def test_staging_reuses_its_buffers_across_copies_and_can_be_turned_off(
+    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tinycore_cuda import device as cuda_device
+
+    fake.memory = 1 << 25
+    alloc = CUDADevice("CUDA", driver=fake).allocator
+    data = np.arange(1 << 20, dtype=np.float32)
+    buf = alloc.alloc(data.nbytes)
+    for k in range(3):
+        alloc.copyin(buf, memoryview(data + k).cast("B"))
+        out = np.empty_like(data)
+        alloc.copyout(memoryview(out).cast("B"), buf)
+        np.testing.assert_array_equal(out, data + k)
+    assert [name for name, _ in fake.calls].count("cuMemHostAlloc") == 2  # made once per device
+    monkeypatch.setenv("CUDA_STAGING", "0")
+    fake.calls.clear()
+    plain = CUDADevice("CUDA", driver=fake)
+    assert plain.staging is None
+    plain.allocator.copyin(buf, memoryview(data).cast("B"))
+    assert [name for name, _ in fake.calls if name.startswith("cuMemcpy")] == ["cuMemcpyHtoD"]
+    monkeypatch.setenv("CUDA_STAGING", "yes")
+    with pytest.raises(ValueError, match=r"CUDA_STAGING='yes': use 1 .* or 0"):
+        CUDADevice("CUDA", driver=fake)
+    assert cuda_device.staging_enabled({}) is True
+
+
 def test_a_failing_driver_call_names_the_call_and_the_error(fake: FakeDriver) -> None:
     dev = CUDADevice("CUDA", driver=fake)
     fake.fail["cuCtxSynchronize"] = 700
@@ -75,11 +131,33 @@ def test_a_launch_passes_grid_block_pointers_and_typed_values(fake: FakeDriver) 
     assert prg(a, b, global_size=(4, 2, 1), local_size=(32, 1, 1), vals=(3, 2**40)) is None
     launch = fake.launches[-1]
     assert launch["grid"] == (4, 2, 1) and launch["block"] == (32, 1, 1) and launch["shared"] == 0
-    values, ctypes_types = launch["params"]
-    assert values == (a, b, 3, 2**40) and ctypes_types[:2] == (ctypes.c_void_p, ctypes.c_void_p)
-    assert [ctypes.sizeof(t) for t in ctypes_types[2:]] == [4, 8]
+    assert prg.types[:2] == (ctypes.c_void_p, ctypes.c_void_p) and [ctypes.sizeof(t) for t in prg.types[2:]] == [4, 8]
+    # the program's argument block, filled in place: one address, no per-launch packing
+    assert launch["params"] == prg.block_address and isinstance(launch["params"], int)
+    assert FakeDriver.kernel_values(launch["params"], prg.types) == (a, b, 3, 2**40)
+    prg(b, a, global_size=(1,), local_size=None, vals=(-7, -(2**40)))
+    assert FakeDriver.kernel_values(fake.launches[-1]["params"], prg.types) == (b, a, -7, -(2**40))
+    with prg.block_lock:  # another thread filling the block: this launch packs its own (the bindings' tuple form)
+        prg(a, a, global_size=(1,), local_size=None, vals=(5, 6))
+    values, ctypes_types = fake.launches[-1]["params"]
+    assert values == (a, a, 5, 6) and ctypes_types == prg.types
     seconds = prg(a, b, global_size=(1,), local_size=None, vals=(1, 1), wait=True)
     assert seconds == pytest.approx(1.5e-3) and fake.launches[-1]["block"] == (1, 1, 1)
+    assert FakeDriver.kernel_values(fake.launches[-1]["params"], prg.types) == (a, b, 1, 1)
+    # the eager path's launcher: dims and values fixed once, then a call per launch on the buffer handles alone
+    launch = prg.launcher((4, 2, 1), (32, 1, 1), (9, 10))
+    launch(b, b)
+    assert fake.launches[-1]["grid"] == (4, 2, 1) and fake.launches[-1]["block"] == (32, 1, 1)
+    assert FakeDriver.kernel_values(fake.launches[-1]["params"], prg.types) == (b, b, 9, 10)
+    with prg.block_lock:
+        launch(a, b)
+    assert fake.launches[-1]["params"] == ((a, b, 9, 10), prg.types)
+    count = len(fake.launches)
+    prg.launcher((0, 1, 1), (32, 1, 1), (9, 10))(a, b)  # an empty grid launches nothing
+    assert len(fake.launches) == count
+    no_args = dev.runtime("k_none", KernelImage.pack([], b"\x7fELF-cubin"))
+    no_args(global_size=(1,), local_size=(1,))
+    assert fake.launches[-1]["params"] is None
 
 
 def test_an_empty_launch_does_nothing(fake: FakeDriver) -> None:
@@ -178,3 +256,26 @@ def test_a_jit_replays_as_one_graph_launch_patching_only_the_changed_nodes(monke
     first = graph.items[0]
     node = fake.launches[-len(graph.nodes)]
     assert node["params"][0][: len(first.bufs)] == tuple(int(b.opaque) for b in first.bufs)
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_large_host_copies_round_trip_on_the_gpu(gpu, staged: bool) -> None:
+    """On a GPU: copies through the page-locked staging buffers (and straight from pageable memory) keep every byte,
+    also when a kernel reads a copy whose last chunk may still be moving, and across back-to-back copies."""
+    from tinycore import Tensor
+
+    staging = gpu.staging
+    if not staged:
+        gpu.staging = None
+    try:
+        rng = np.random.default_rng(7)
+        for n in (5 * (1 << 20) + 3, 40 * (1 << 20) + 1):  # floats: several chunks and an odd tail
+            data = rng.standard_normal(n, dtype=np.float32)
+            t = Tensor(data, device="CUDA")
+            np.testing.assert_array_equal(t.numpy(), data)
+            np.testing.assert_allclose((t * 2 + 1).numpy(), data * 2 + 1, rtol=1e-6)
+        a, b = rng.random(3 << 20, dtype=np.float32), rng.random(3 << 20, dtype=np.float32)
+        ta, tb = Tensor(a, device="CUDA").realize(), Tensor(b, device="CUDA").realize()  # b reuses the buffers
+        np.testing.assert_array_equal((ta - tb).numpy(), a - b)
+    finally:
+        gpu.staging = staging

@@ -7,6 +7,11 @@ drive the whole device with a fake driver that records what it is asked to do.
 ``CUDA`` is GPU 0, ``CUDA:n`` GPU n; each device uses its GPU's primary context. tinycore's ``global_size`` counts
 blocks and ``local_size`` threads per block, exactly CUDA's grid and block dims.
 
+Host copies: a copy of at least `STAGING_MIN` bytes goes through two page-locked host buffers of `STAGING_CHUNK` bytes
+(`PinnedStaging`, made on the first large copy): the host copies one chunk into one buffer while the DMA engine
+moves the previous chunk out of the other. ``CUDA_STAGING=0`` copies straight from pageable memory instead (the
+driver then stages every copy itself, synchronously).
+
 Shared memory: the renderer's `shared_max` is the GPU's opt-in maximum per block
 (``CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``). A kernel over 48 KB uses dynamic shared memory: its
 program sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` once when loaded and passes the bytes with every
@@ -16,6 +21,7 @@ launch (and in graph nodes); one over the GPU's limit is a `CUDAError` naming th
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any
 
@@ -29,6 +35,18 @@ FAMILY = "CUDA"
 DISTRIBUTION = "tinycore-cuda"
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 _ARG_TYPES = {"buffer": ctypes.c_void_p, "int": ctypes.c_int, "long": ctypes.c_longlong}
+STAGING_MIN = 1 << 20  # host copies at least this large are staged through page-locked memory
+STAGING_CHUNK = 8 << 20  # the size of each of the two page-locked staging buffers
+STAGING_VARIABLE = "CUDA_STAGING"
+_EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING: the staging events only order, never time
+
+
+def staging_enabled(environ: Any = None) -> bool:
+    """Whether large host copies go through page-locked staging (``CUDA_STAGING``: 1, the default, or 0)."""
+    value = (os.environ if environ is None else environ).get(STAGING_VARIABLE, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{STAGING_VARIABLE}={value!r}: use 1 (stage large host copies, the default) or 0 (don't)")
+    return value == "1"
 
 
 _current = threading.local()  # .context: the context `CUDADevice.activate` last made current on this thread
@@ -104,16 +122,23 @@ class CUDAAllocator(LRUAllocator):
         self.dev.driver.cuMemFree(opaque)
 
     def copyin(self, dest: Any, src: memoryview) -> None:
-        """Host bytes into device memory (synchronous)."""
+        """Host bytes into device memory. The host memory may be reused as soon as this returns; a large copy
+        (`STAGING_MIN`) may still be moving out of the staging buffers then, ahead of every later kernel and copy."""
         if src.nbytes:
             self.dev.activate()
-            self.dev.driver.cuMemcpyHtoD(dest, host_address(src), src.nbytes)
+            if src.nbytes >= STAGING_MIN and self.dev.staging is not None:
+                self.dev.staging.copyin(int(dest), host_address(src), src.nbytes)
+            else:
+                self.dev.driver.cuMemcpyHtoD(dest, host_address(src), src.nbytes)
 
     def copyout(self, dest: memoryview, src: Any) -> None:
         """Device memory to host bytes (waits for queued kernels: the default stream is in order)."""
         if dest.nbytes:
             self.dev.activate()
-            self.dev.driver.cuMemcpyDtoH(host_address(dest), src, dest.nbytes)
+            if dest.nbytes >= STAGING_MIN and self.dev.staging is not None:
+                self.dev.staging.copyout(host_address(dest), int(src), dest.nbytes)
+            else:
+                self.dev.driver.cuMemcpyDtoH(host_address(dest), src, dest.nbytes)
 
     def transfer(self, dest: Any, src: Any, size: int, src_dev: Compiled, dest_dev: Compiled) -> None:
         """A copy between two CUDA devices (peer copy; the driver stages it when peer access is off)."""
@@ -123,6 +148,63 @@ class CUDAAllocator(LRUAllocator):
     def offset(self, opaque: Any, size: int, offset: int) -> Any:
         """A view `offset` bytes into an allocation (device pointers are plain addresses)."""
         return int(opaque) + offset
+
+
+class PinnedStaging:
+    """Two page-locked host buffers of `STAGING_CHUNK` bytes (``cuMemHostAlloc``, made on first use, kept for the
+    process) that large host copies go through chunk by chunk on the default stream: while the DMA engine moves one
+    chunk, the host copies the next one into the other buffer. An event per buffer says when its last DMA is done,
+    so a buffer is never refilled under a copy still reading it (also across calls)."""
+
+    def __init__(self, dev: CUDADevice):
+        self.dev = dev
+        self.buffers: list[int] = []
+        self.events: list[Any] = []
+        self.pending = [False, False]  # a DMA was queued on buffer i since its event was last waited for
+
+    def _ready(self, i: int) -> int:
+        """Buffer `i`'s address, once no queued copy uses it any more."""
+        driver = self.dev.driver
+        if not self.buffers:
+            for _ in range(2):
+                self.buffers.append(int(driver.cuMemHostAlloc(STAGING_CHUNK, 0)))
+                self.events.append(driver.cuEventCreate(_EVENT_DISABLE_TIMING))
+        if self.pending[i]:
+            driver.cuEventSynchronize(self.events[i])
+            self.pending[i] = False
+        return self.buffers[i]
+
+    def _queued(self, i: int) -> None:
+        self.dev.driver.cuEventRecord(self.events[i], 0)
+        self.pending[i] = True
+
+    def copyin(self, dest: int, src: int, nbytes: int) -> None:
+        """`nbytes` from host address `src` to device address `dest`; returns once the host memory was read."""
+        driver = self.dev.driver
+        for k, at in enumerate(range(0, nbytes, STAGING_CHUNK)):
+            size, i = min(STAGING_CHUNK, nbytes - at), k % 2
+            buffer = self._ready(i)
+            ctypes.memmove(buffer, src + at, size)
+            driver.cuMemcpyHtoDAsync(dest + at, buffer, size, 0)
+            self._queued(i)
+
+    def copyout(self, dest: int, src: int, nbytes: int) -> None:
+        """`nbytes` from device address `src` (after every queued kernel) to host address `dest`; returns once the
+        host memory holds them."""
+        driver = self.dev.driver
+        chunks = [(at, min(STAGING_CHUNK, nbytes - at)) for at in range(0, nbytes, STAGING_CHUNK)]
+
+        def queue(k: int) -> None:
+            at, size = chunks[k]
+            driver.cuMemcpyDtoHAsync(self._ready(k % 2), src + at, size, 0)
+            self._queued(k % 2)
+
+        queue(0)
+        for k, (at, size) in enumerate(chunks):
+            if k + 1 < len(chunks):
+                queue(k + 1)  # the next chunk moves while this one is copied out on the host
+            buffer = self._ready(k % 2)
+            ctypes.memmove(dest + at, buffer, size)
 
 
 class CUDAProgram:
@@ -147,6 +229,13 @@ class CUDAProgram:
             attribute = dev.driver.bindings.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             dev.driver.cuFuncSetAttribute(self.function, attribute, self.shared_bytes)
         self.types = tuple(_ARG_TYPES[kind] for kind in self.kinds)
+        # the argument block, built once: a launch writes its values into these slots and passes the address of the
+        # pointer array (the bindings' tuple form packs a new block on every launch); the lock keeps a second thread
+        # launching at the same moment on the tuple form instead
+        self.slots = [kind() for kind in self.types]
+        pointers = (ctypes.c_void_p * len(self.slots))(*[ctypes.addressof(slot) for slot in self.slots])
+        self.block, self.block_address = pointers, ctypes.addressof(pointers) if self.slots else None
+        self.block_lock = threading.Lock()
 
     def __call__(
         self,
@@ -160,10 +249,45 @@ class CUDAProgram:
         grid, block = grid_and_block(global_size, local_size)
         if 0 in grid or 0 in block:
             return 0.0 if wait else None
-        args = ((*map(int, bufs), *map(int, vals)), self.types)
-        driver = self.dev.driver
         self.dev.activate()
         shared = self.shared_bytes
+        lock = self.block_lock
+        if not lock.acquire(False):  # another thread is filling the block: pack this launch's own
+            args = ((*map(int, bufs), *map(int, vals)), self.types)
+            return self._launch(grid, block, shared, args, wait)
+        try:
+            for slot, value in zip(self.slots, (*bufs, *vals)):
+                slot.value = int(value)
+            return self._launch(grid, block, shared, self.block_address, wait)
+        finally:
+            lock.release()
+
+    def launcher(self, global_size: tuple[int, ...], local_size: tuple[int, ...] | None, vals: tuple[int, ...]) -> Any:
+        """The eager path's launch (`tinycore.sdk.LaunchableProgram`): grid, block and values fixed, a call on the
+        buffer handles alone fills the argument block and launches."""
+        grid, block = grid_and_block(global_size, local_size)
+        if 0 in grid or 0 in block:
+            return lambda *bufs: None
+        function, shared, address, lock, slots = self.function, self.shared_bytes, self.block_address, \
+            self.block_lock, self.slots  # fmt: skip
+        activate, launch_kernel = self.dev.activate, self.dev.driver.cuLaunchKernel
+
+        def launch(*bufs: Any) -> None:
+            activate()
+            if not lock.acquire(False):
+                self(*bufs, global_size=global_size, local_size=local_size, vals=vals)
+                return
+            try:
+                for slot, value in zip(slots, (*bufs, *vals)):
+                    slot.value = int(value)
+                launch_kernel(function, *grid, *block, shared, 0, address, 0)
+            finally:
+                lock.release()
+
+        return launch
+
+    def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], shared: int, args: Any, wait: bool) -> Any:
+        driver = self.dev.driver
         if wait:
             return driver.timed(lambda: driver.cuLaunchKernel(self.function, *grid, *block, shared, 0, args, 0))
         driver.cuLaunchKernel(self.function, *grid, *block, shared, 0, args, 0)
@@ -212,6 +336,7 @@ class CUDADevice(Compiled):
         renderer.shared_max = self.shared_optin
         # the driver fills the whole buffer: the name ends at the first NUL
         self.name = bytes(self.driver.cuDeviceGetName(256, self.cu_device)).split(b"\0")[0].decode(errors="replace")
+        self.staging = PinnedStaging(self) if staging_enabled() else None
         compiler = NVRTCCompiler(renderer.arch or "sm_90")
         super().__init__(device, CUDAAllocator(self), renderer, compiler, CUDAProgram, CUDAGraph)
 

@@ -6,6 +6,7 @@ records every call in `calls`. Kernels are not executed: a launch records its fu
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import types
 from typing import Any
@@ -45,6 +46,7 @@ class FakeDriver:
         self.calls: list[tuple[str, tuple]] = []
         self.fail: dict[str, int] = {}
         self.blocks: dict[int, bytearray] = {}
+        self.host_blocks: dict[int, Any] = {}  # page-locked host memory (cuMemHostAlloc), by address
         self.next_address = 0x10000
         self.modules: dict[int, bytes] = {}
         self.launches: list[dict[str, Any]] = []
@@ -122,18 +124,36 @@ class FakeDriver:
         return self._call("cuMemGetInfo"), self.memory - self.used(), self.memory
 
     def cuMemcpyHtoD(self, dest: int, host: int, size: int) -> tuple[int]:
-        import ctypes
-
         block, at = self._block(int(dest))
         block[at : at + size] = ctypes.string_at(host, size)
         return (self._call("cuMemcpyHtoD", dest, size),)
 
     def cuMemcpyDtoH(self, host: int, src: int, size: int) -> tuple[int]:
-        import ctypes
-
         block, at = self._block(int(src))
         ctypes.memmove(host, bytes(block[at : at + size]), size)
         return (self._call("cuMemcpyDtoH", src, size),)
+
+    def cuMemHostAlloc(self, size: int, flags: int) -> tuple[int, int]:
+        err = self._call("cuMemHostAlloc", size, flags)
+        if err:
+            return err, 0
+        block = ctypes.create_string_buffer(size)  # real host memory: the device's staging memmoves into it
+        self.host_blocks[ctypes.addressof(block)] = block
+        return SUCCESS, ctypes.addressof(block)
+
+    def cuMemFreeHost(self, address: int) -> tuple[int]:
+        del self.host_blocks[int(address)]
+        return (self._call("cuMemFreeHost", address),)
+
+    def cuMemcpyHtoDAsync(self, dest: int, host: int, size: int, stream: int) -> tuple[int]:
+        block, at = self._block(int(dest))
+        block[at : at + size] = ctypes.string_at(host, size)
+        return (self._call("cuMemcpyHtoDAsync", dest, size, stream),)
+
+    def cuMemcpyDtoHAsync(self, host: int, src: int, size: int, stream: int) -> tuple[int]:
+        block, at = self._block(int(src))
+        ctypes.memmove(host, bytes(block[at : at + size]), size)
+        return (self._call("cuMemcpyDtoHAsync", src, size, stream),)
 
     def cuMemcpyPeer(self, dest: int, dest_ctx: str, src: int, src_ctx: str, size: int) -> tuple[int]:
         (block_d, at_d), (block_s, at_s) = self._block(int(dest)), self._block(int(src))
@@ -167,6 +187,17 @@ class FakeDriver:
         )
         err = self._call("cuLaunchKernel", function)
         return (err or (SUCCESS if self.shared_allowed(function, shared) else INVALID_VALUE),)
+
+    @staticmethod
+    def kernel_values(params: Any, types: tuple[Any, ...]) -> tuple[int, ...]:
+        """The argument values a launch passed, in either of the bindings' forms: ``((values), (ctypes types))``, or
+        the address of an array of pointers to them (read back as `types`); None: no arguments."""
+        if params is None:
+            return ()
+        if isinstance(params, tuple):
+            return tuple(params[0])
+        pointers = (ctypes.c_void_p * len(types)).from_address(params)
+        return tuple(kind.from_address(pointer).value or 0 for kind, pointer in zip(types, pointers))
 
     def cuEventCreate(self, flags: int) -> tuple[int, int]:
         handle = len(self.event_times) + 1
