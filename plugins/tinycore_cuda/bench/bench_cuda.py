@@ -4,8 +4,8 @@ Each workload is timed for tinycore and torch alternately (median of `--repeats`
 device synchronize; ratios are tinycore / torch for throughputs and torch / tinycore for times (> 1: tinycore better).
 The kernel workloads (matmul, a*b+a, sum, softmax) are timed three ways for tinycore: one eager call (sync, call,
 sync: all the host time before the first launch counts), ten eager calls back to back then one sync (an eager program's
-steady state: the host builds call n+1 while the GPU runs call n) and a TinyJit replay of the same call (the kernels'
-device time); torch's calls are timed back to back (ten per sync), its steady state too.
+steady state: the host builds call n+1 while the GPU runs call n) and TinyJit replays of the same call (ten per sync:
+the kernels' device time); torch's calls are timed back to back too (ten per sync), its steady state.
 
     python3 plugins/tinycore_cuda/bench/bench_cuda.py                       # on the GPU machine
     python3 plugins/tinycore_cuda/bench/bench_cuda.py --device CLANG --torch-device cpu --scale 0.01   # dry run here
@@ -138,13 +138,13 @@ def main() -> None:
         )
 
     def jitted_rate(work: float, call: Callable[[], Tensor]) -> Callable[[], float]:
-        """`work` per second of a TinyJit replay of `call` (captured on its first calls)."""
+        """`work` per second of TinyJit replays of `call` (captured on its first calls), ten per sync."""
 
         def measure() -> float:
             replay = TinyJit(lambda: call().realize())
             for _ in range(3):
                 replay()
-            return work / timed(replay, sync_tc, reps)
+            return work / timed(replay, sync_tc, reps, inner=10)  # back to back, as torch's calls
 
         return measure
 

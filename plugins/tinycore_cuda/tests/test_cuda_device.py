@@ -86,6 +86,20 @@ def test_large_host_copies_go_through_pinned_staging_chunk_by_chunk(
         assert names.index("cuEventSynchronize") < [i for i, n in enumerate(names) if n == "cuMemcpyHtoDAsync"][2]
 
 
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_the_staged_host_copy_is_split_over_threads_in_whole_pages(fake: FakeDriver, threads: int) -> None:
+    from tinycore_cuda.device import PinnedStaging
+
+    staging = PinnedStaging(CUDADevice("CUDA", driver=fake), threads=threads)
+    for size in (1, 4096 * 2 * threads - 1, 4096 * 2 * threads, 1_000_003, 3 << 20):
+        src = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
+        dest = np.zeros(size + 8, dtype=np.uint8)  # a guard past the end
+        staging._memmove(dest.ctypes.data, src.ctypes.data, size)
+        np.testing.assert_array_equal(dest[:size], src)
+        assert not dest[size:].any()
+    assert (staging.pool is None) == (threads == 1)
+
+
 def test_staging_reuses_its_buffers_across_copies_and_can_be_turned_off(
     fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
