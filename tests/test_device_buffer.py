@@ -75,6 +75,21 @@ def test_bfloat16_numpy_widens_to_float32(devices):
     np.testing.assert_array_equal(buf.numpy(), values)
 
 
+def test_numpy_copies_out_once_into_its_own_array(devices, monkeypatch):
+    # one device copy straight into the returned array (no zero-filled staging bytes, no second host copy): a large
+    # read's cost is the copy itself
+    buf = Buffer("PYTHON", 1000, dtypes.float32, initial_value=np.arange(1000, dtype=np.float32).tobytes())
+    calls = []
+    original = type(buf.allocator).copyout
+    monkeypatch.setattr(
+        type(buf.allocator), "copyout", lambda self, dest, src: (calls.append(dest), original(self, dest, src))
+    )
+    out = buf.numpy()
+    assert len(calls) == 1 and np.shares_memory(np.frombuffer(calls[0], np.uint8), out)
+    assert out.flags.writeable and out.flags.owndata and out.dtype == np.float32
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
+
+
 def test_copy_size_mismatch_and_unallocated_reads_raise(devices):
     buf = Buffer("PYTHON", 4, dtypes.int32)
     with pytest.raises(ValueError):

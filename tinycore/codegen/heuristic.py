@@ -6,7 +6,7 @@ depends only on what the renderer declares:
 **GPU-style renderers** (``has_local``), measured on an H100 (``plugins/tinycore_cuda/bench/results/``):
 
 1. a declared tensor core (``TC``) on a matmul-shaped reduce whose dtypes fit (``USE_TC=0`` turns this off), then a
-   block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 4 x 4 tiles, 4 x 2 warps; the
+   block of instruction tiles per warp and a few warps per work-group (`TC_BLOCK`: 8 x 4 tiles, 2 x 2 warps; the
    N tiles interleaved by ``TC`` itself), then both operands through shared memory, `TC_STAGE` (4) k steps per
    stage (``STAGE``; fewer where the k loop doesn't divide);
 2. a fused row kernel (softmax, layernorm: reduces over the row of the output's last axis, broadcast back over
@@ -508,7 +508,7 @@ def _cpu_threads(k: Kernel, prefer: UOp | None = None) -> None:
 _GPU_THREADS = 256  # work-items per work-group the GPU heuristics aim for (8 warps of 32)
 _GPU_ROW_STEPS = 16  # vector loads per work-item a grouped row reduction aims for
 _GPU_BIG_COPY = 1 << 20  # output elements from which an elementwise work-item writes two vectors, not one
-TC_BLOCK = (4, 4, 4, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweep)
+TC_BLOCK = (8, 4, 2, 2)  # TC tiles per warp along N and M, then warps per work-group along N and M (H100 sweeps)
 TC_STAGE = 4  # k steps of the tensor core per shared-memory stage (`OptOps.STAGE`; 0: operands from global memory)
 
 
@@ -518,7 +518,7 @@ def _gpu(k: Kernel) -> None:
         if _try(k, Opt(OptOps.TC, 0, (None, TC_BLOCK[0]))) or _try(k, Opt(OptOps.TC, 0, None)):
             _gpu_tc_blocks(k)
             if TC_STAGE and k.renderer.has_shared:  # fewer steps per stage where the k loop doesn't divide
-                any(_try(k, Opt(OptOps.STAGE, None, steps)) for steps in sorted({TC_STAGE, 2, 1}, reverse=True))
+                any(_try(k, Opt(OptOps.STAGE, None, steps)) for steps in sorted({TC_STAGE, 4, 2, 1}, reverse=True))
             return
     if k.reduce_axes and _gpu_row_kernel(k):
         return

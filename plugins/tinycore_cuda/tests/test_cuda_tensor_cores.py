@@ -158,5 +158,11 @@ def test_staged_tiles_of_transposed_operands_run_right_and_load_vectors(trans_a,
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
     renderer = CUDARenderer("sm_90")
     src = renderer.render(get_program(item.ast, renderer).uops, "k_staged")
-    assert "__shared__" in src and src.count("(const half4*)((data") == 16  # 16 chunks of 4 per thread per stage
+    # a stage holds (M block x 16 k steps) of A and (k x N block) of B; each thread copies its share in chunks of 4
+    from tinycore.codegen.heuristic import TC_BLOCK, TC_STAGE
+
+    n_up, m_up, n_warps, m_warps = TC_BLOCK
+    k_stage = 16 * min(TC_STAGE, 128 // 16)
+    chunks = (16 * m_up * m_warps * k_stage + k_stage * 8 * n_up * n_warps) // 4 // (32 * n_warps * m_warps)
+    assert "__shared__" in src and src.count("(const half4*)((data") == chunks
     assert "(const half*)" not in src and "*(data1+" not in src and "*(data2+" not in src  # no scalar global loads
