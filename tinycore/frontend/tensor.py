@@ -150,8 +150,33 @@ def _fmt_shape(shape: Sequence[sint]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def _broadcast_same_rank(shapes: tuple[tuple[sint, ...], ...]) -> tuple[int, ...] | None:
+    """`_broadcast_shape`'s common case (every elementwise op of tensors): shapes of one rank, int sizes that
+    broadcast; None for anything else (the general path then handles it, and names a mismatch)."""
+    rank = len(shapes[0])
+    for shape in shapes:
+        if len(shape) != rank:
+            return None
+    out = []
+    for dims in zip(*shapes):
+        size = 1
+        for d in dims:
+            if type(d) is not int:
+                return None
+            if d != 1:
+                if size == 1:
+                    size = d
+                elif size != d:
+                    return None
+        out.append(size)
+    return tuple(out)
+
+
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     """The broadcast of `shapes` (NumPy/PyTorch rules), or a RuntimeError naming the mismatching dimension."""
+    fast = _broadcast_same_rank(shapes)
+    if fast is not None:
+        return fast
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     out: list[sint] = []
@@ -1544,6 +1569,17 @@ class Tensor(
     def reshape(self, shape: Any = (), *args: Any) -> Tensor:
         """The same elements in a new shape (``reshape(2, 3)`` or ``reshape((2, 3))``); one dimension may be -1
         (inferred) and a ``None`` entry keeps this tensor's size in that position (tinygrad)."""
+        # the common case first (every reduce and matmul reshapes several times): a shape of sizes >= 0, of a tensor
+        # whose own shape is concrete
+        new = shape if not args and type(shape) is tuple else (shape, *args) if type(shape) is int else None
+        if new is not None and all(type(d) is int and d >= 0 for d in new):
+            cur = self._shape
+            if new == cur:
+                return self
+            if all(type(d) is int for d in cur):
+                if prod(new) != prod(cur):
+                    raise RuntimeError(f"shape '{_fmt_shape(new)}' is invalid for input of size {prod(cur)}")
+                return _wrap(self.uop.reshape(new), self.device, new, self._requires_grad)
         new = _shape_arg((shape, *args))
         if None in new:
             if len(new) > self.ndim and any(d is None for d in new[self.ndim :]):
@@ -1668,6 +1704,10 @@ class Tensor(
     def _reduce_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
+        if type(axis) is int:  # the common case, without the general path's set and sort
+            n = len(self._shape)
+            if n and -n <= axis < n:
+                return (axis + n if axis < 0 else axis,)
         axes = axis if isinstance(axis, (tuple, list)) else (axis,)
         checked = tuple(sorted({self._axis(a) for a in axes}))
         return () if self.ndim == 0 else checked  # a 0-d tensor takes dim 0 or -1, as in torch: nothing to reduce
