@@ -229,6 +229,9 @@ class PtrDType(DType):
         return f"{self._base!r}.ptr({self.size}{where}){vec}"
 
 
+_NP_DTYPES: dict[DType, Any] = {}  # `dtypes.to_np`'s answers
+
+
 class dtypes:  # noqa: N801 (tinygrad-compatible name)
     """The namespace of all dtypes, with predicates and conversions.
 
@@ -398,14 +401,20 @@ class dtypes:  # noqa: N801 (tinygrad-compatible name)
     def to_np(dtype: DType) -> Any:
         """The numpy dtype of a tinycore dtype (bfloat16 and the fp8 types have none, so they map to float32 on the
         host side: `Tensor.numpy` returns their values as float32)."""
+        found = _NP_DTYPES.get(dtype)
+        if found is not None:
+            return found
         import numpy as np
 
         scalar = dtype.scalar()
         if scalar == dtypes.bfloat16 or scalar in FP8S:
-            return np.dtype(np.float32)
-        if scalar.fmt is None:
+            found = np.dtype(np.float32)
+        elif scalar.fmt is None:
             raise TypeError(f"{dtype} has no numpy equivalent")
-        return np.dtype(scalar.fmt)
+        else:
+            found = np.dtype(scalar.fmt)
+        _NP_DTYPES[dtype] = found  # every numpy() asks: a dict lookup instead of the import and the tests
+        return found
 
 
 FP8S: Final = (dtypes.fp8e4m3, dtypes.fp8e5m2)
