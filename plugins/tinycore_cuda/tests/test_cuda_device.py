@@ -100,6 +100,34 @@ def test_the_staged_host_copy_is_split_over_threads_in_whole_pages(fake: FakeDri
     assert (staging.pool is None) == (threads == 1)
 
 
+def test_staged_copies_from_two_threads_keep_their_own_bytes(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tinycore_cuda import device as cuda_device
+
+    monkeypatch.setattr(cuda_device, "STAGING_CHUNK", 1 << 20)
+    fake.memory = 1 << 26
+    alloc = CUDADevice("CUDA", driver=fake).allocator
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        buf = alloc.alloc(3 << 20)
+        for k in range(8):
+            data = np.full(3 << 20, seed * 16 + k, dtype=np.uint8)
+            alloc.copyin(buf, memoryview(data))
+            out = np.empty_like(data)
+            alloc.copyout(memoryview(out), buf)
+            if not np.array_equal(out, data):
+                errors.append(f"thread {seed}, copy {k}: read back other bytes")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_staging_reuses_its_buffers_across_copies_and_can_be_turned_off(
     fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

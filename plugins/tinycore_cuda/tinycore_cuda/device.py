@@ -8,9 +8,9 @@ drive the whole device with a fake driver that records what it is asked to do.
 blocks and ``local_size`` threads per block, exactly CUDA's grid and block dims.
 
 Host copies: a copy of at least `STAGING_MIN` bytes goes through two page-locked host buffers of `STAGING_CHUNK` bytes
-(`PinnedStaging`, made on the first large copy): the host copies one chunk into one buffer while the DMA engine
-moves the previous chunk out of the other. ``CUDA_STAGING=0`` copies straight from pageable memory instead (the
-driver then stages every copy itself, synchronously).
+(`PinnedStaging`, made on the first large copy): the host copies one chunk into one buffer (on up to
+`STAGING_THREADS` threads) while the DMA engine moves the previous chunk out of the other. ``CUDA_STAGING=0`` copies
+straight from pageable memory instead (the driver then stages every copy itself, on one thread).
 
 Shared memory: the renderer's `shared_max` is the GPU's opt-in maximum per block
 (``CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``). A kernel over 48 KB uses dynamic shared memory: its
@@ -168,6 +168,7 @@ class PinnedStaging:
         self.events: list[Any] = []
         self.pending = [False, False]  # a DMA was queued on buffer i since its event was last waited for
         self.pool: Any = None  # concurrent.futures.ThreadPoolExecutor of threads - 1 workers, made with the buffers
+        self.lock = threading.Lock()  # one copy at a time: two threads' copies would share the buffers
 
     def _memmove(self, dest: int, src: int, size: int) -> None:
         """``memmove`` of `size` bytes, in `threads` page-aligned parts copied at once."""
@@ -204,12 +205,13 @@ class PinnedStaging:
     def copyin(self, dest: int, src: int, nbytes: int) -> None:
         """`nbytes` from host address `src` to device address `dest`; returns once the host memory was read."""
         driver = self.dev.driver
-        for k, at in enumerate(range(0, nbytes, STAGING_CHUNK)):
-            size, i = min(STAGING_CHUNK, nbytes - at), k % 2
-            buffer = self._ready(i)
-            self._memmove(buffer, src + at, size)
-            driver.cuMemcpyHtoDAsync(dest + at, buffer, size, 0)
-            self._queued(i)
+        with self.lock:
+            for k, at in enumerate(range(0, nbytes, STAGING_CHUNK)):
+                size, i = min(STAGING_CHUNK, nbytes - at), k % 2
+                buffer = self._ready(i)
+                self._memmove(buffer, src + at, size)
+                driver.cuMemcpyHtoDAsync(dest + at, buffer, size, 0)
+                self._queued(i)
 
     def copyout(self, dest: int, src: int, nbytes: int) -> None:
         """`nbytes` from device address `src` (after every queued kernel) to host address `dest`; returns once the
@@ -222,12 +224,13 @@ class PinnedStaging:
             driver.cuMemcpyDtoHAsync(self._ready(k % 2), src + at, size, 0)
             self._queued(k % 2)
 
-        queue(0)
-        for k, (at, size) in enumerate(chunks):
-            if k + 1 < len(chunks):
-                queue(k + 1)  # the next chunk moves while this one is copied out on the host
-            buffer = self._ready(k % 2)
-            self._memmove(dest + at, buffer, size)
+        with self.lock:
+            queue(0)
+            for k, (at, size) in enumerate(chunks):
+                if k + 1 < len(chunks):
+                    queue(k + 1)  # the next chunk moves while this one is copied out on the host
+                buffer = self._ready(k % 2)
+                self._memmove(dest + at, buffer, size)
 
 
 class CUDAProgram:
