@@ -280,3 +280,57 @@ def test_deferred_values_keep_no_input_alive(device: str) -> None:
     del out
     gc.collect()
     assert result_buffer() is None
+
+
+# a leaf that reshapes its buffer: every realized tensor of two or more dimensions
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 2, 4), (16, 1)])
+def test_a_tensor_of_several_dimensions_is_a_chain_leaf(device: str, shape: tuple[int, ...]) -> None:
+    x = Tensor(values(20).reshape(shape), device=device).realize()
+    assert x.uop.op is Ops.RESHAPE and x.uop.src[0].op is Ops.BUFFER
+    warm(x)
+    y = chain(x)
+    assert is_deferred_op(y) and y.shape == shape
+    schedule_stats.reset()
+    GlobalCounters.reset()
+    y.realize()
+    assert schedule_stats.hits == 1 and GlobalCounters.kernel_count == 1
+    assert type(y._deferred) is tensor_module._DeferredBuffer
+    np.testing.assert_allclose(y.numpy(), expected(20).reshape(shape), rtol=1e-5, atol=1e-6)
+    assert y.uop.shape == shape and buffer_of(y.uop.src[0]) is not buffer_of(x.uop.src[0])
+    z = x * x  # a tensor-tensor op over the same leaf gets its key too
+    assert z.uop.chain_key is not None and z.uop.chain_key[1] is x.uop
+    np.testing.assert_allclose(z.numpy(), values(20).reshape(shape) ** 2, rtol=1e-6)
+
+
+def test_reshaped_leaves_of_one_buffer_size_keep_their_own_schedules(device: str) -> None:
+    # (4, 4) and (2, 8) views of 16-element buffers: one structure each, each result in its own shape
+    a = Tensor(values(21).reshape(4, 4), device=device).realize()
+    b = Tensor(values(22).reshape(2, 8), device=device).realize()
+    for _ in range(3):
+        ra, rb = (a * 3.0 + 1.0).realize(), (b * 3.0 + 1.0).realize()
+        assert ra.shape == (4, 4) and rb.shape == (2, 8)
+        np.testing.assert_allclose(ra.numpy(), values(21).reshape(4, 4) * 3 + 1, rtol=1e-6)
+        np.testing.assert_allclose(rb.numpy(), values(22).reshape(2, 8) * 3 + 1, rtol=1e-6)
+    assert (a * 3.0).uop.chain_key[0] != (b * 3.0).uop.chain_key[0]
+
+
+def test_writes_to_a_reshaped_leaf_are_read(device: str) -> None:
+    x = Tensor(values(23).reshape(4, 4), device=device).realize()
+    warm(x)
+    before = chain(x)  # deferred before the write, read after it: the old contents (PyTorch's order)
+    x.assign(Tensor(values(24).reshape(4, 4), device=device)).realize()
+    np.testing.assert_allclose(before.numpy(), expected(23).reshape(4, 4), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(chain(x).numpy(), expected(24).reshape(4, 4), rtol=1e-5, atol=1e-6)
+    x[1:3] = 0.0  # a write through a view of the leaf's buffer
+    want = expected(24).reshape(4, 4)
+    want[1:3] = chain(np.zeros((2, 4)))
+    np.testing.assert_allclose(chain(x).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_reshape_of_a_view_is_not_a_leaf(device: str) -> None:
+    base = Tensor(values(25, 32), device=device).realize()
+    view = base[4:20].reshape(4, 4)  # a RESHAPE over a SHRINK: its buffer is not read whole
+    for _ in range(3):
+        np.testing.assert_allclose((view * 2.0 + 1.0).numpy(), values(25, 32)[4:20].reshape(4, 4) * 2 + 1, rtol=1e-6)

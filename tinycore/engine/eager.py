@@ -3,10 +3,11 @@ builds them, so a repeated chain finds its schedule without walking its graph.
 
 An eager loop rebuilds the same chain of elementwise ops on the same realized input every call, so its nodes are
 new each time and the key walk (`tinycore.engine.schedule_cache.KeyWalk`) would visit all of them. The tensor
-front end instead gives each node of such a chain a *chain key* as it is built, ``(structure id, BUFFER leaf)``:
-ids number the distinct structures (a BUFFER's dtype, size and device; a node's op, whether its dtype is bool or
-its operand's, and its sources: ids, or a constant by identity, in order), so a node's id says what the walk of
-its graph would find apart from the leaf's `Buffer`. A chain whose walk found nothing but that structure (no
+front end instead gives each node of such a chain a *chain key* as it is built, ``(structure id, leaf)``, where the
+leaf is a BUFFER or a RESHAPE of one (a realized tensor of several dimensions): ids number the distinct structures
+(a BUFFER's dtype, size and device, and a reshaped leaf's sizes; a node's op, whether its dtype is bool or its
+operand's, and its sources: ids, or a constant by identity, in order), so a node's id says what the walk of its
+graph would find apart from the leaf's `Buffer`. A chain whose walk found nothing but that structure (no
 realized node read instead, no bound variable) has its schedule remembered by structure id
 (`tinycore.engine.schedule_cache.eager_schedules`), and later realizes of the same structure skip the walk. A
 node that an earlier realize computed is recomputed instead of read: the value is the same (nothing in the chain
@@ -39,6 +40,7 @@ __all__ = [
     "constant_op_chain_id",
     "eager_key_of",
     "known_chain_id",
+    "leaf_buffer",
     "note_chain_node",
     "note_elementwise_pair",
     "schedule_for_chain",
@@ -47,7 +49,7 @@ __all__ = [
 _CHAIN_IDS_LIMIT = 65536  # structures remembered; beyond, the table starts over (ids are never reused)
 _chain_ids: dict[tuple, int] = {}
 _next_chain_id = itertools.count(1).__next__
-_BUFFER = Ops.BUFFER
+_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
 _BOOL_DTYPE = dtypes.bool
 _buffers_data = buffer_table.data
 
@@ -80,13 +82,26 @@ known_chain_id = _chain_ids.get
 # the chain keys of nodes: `UOp.chain_key`, set with `tinycore.uop.ops.set_chain_key` (only here)
 
 
+def leaf_buffer(leaf: UOp) -> UOp:
+    """The BUFFER node of a chain's leaf: the leaf itself, or the BUFFER under a leaf that reshapes one."""
+    return leaf.src[0] if leaf.op is _RESHAPE else leaf
+
+
 def eager_key_of(uop: UOp) -> tuple[int, UOp | None] | None:
-    """`uop`'s eager chain key ``(structure id, BUFFER leaf or None when uop is that BUFFER)``, or None when it
-    is not an elementwise chain over one BUFFER. A BUFFER's key is made here, on first request (the hot path reads
-    ``uop.chain_key`` first and calls this for a BUFFER only)."""
+    """`uop`'s eager chain key ``(structure id, leaf or None when uop is that leaf)``, or None when it is not an
+    elementwise chain over one leaf. A leaf is a BUFFER, or a RESHAPE of one to concrete sizes (every realized
+    tensor of two or more dimensions); its key is made here, on first request (the hot path reads
+    ``uop.chain_key`` first and calls this for a leaf only)."""
     key = uop.chain_key
-    if key is None and uop.op is _BUFFER:
-        key = (_chain_id((_BUFFER, uop.dtype, uop.arg, uop.src[1].arg)), None)
+    if key is None:
+        op = uop.op
+        if op is _BUFFER:
+            key = (_chain_id((_BUFFER, uop.dtype, uop.arg, uop.src[1].arg)), None)
+        elif op is _RESHAPE and uop.src[0].op is _BUFFER and all(type(d) is int for d in uop.arg):
+            buf = uop.src[0]
+            key = (_chain_id((_RESHAPE, uop.arg, buf.dtype, buf.arg, buf.src[1].arg)), None)
+        else:
+            return None
         set_chain_key(uop, key)
     return key
 
@@ -101,10 +116,14 @@ def note_chain_node(node: UOp, chain_id: int, leaf: UOp) -> None:
 def note_elementwise_pair(node: UOp, first: UOp, second: UOp) -> None:
     """Give `node` = op(`first`, `second`), a binary elementwise op of two tensors' graphs that has no chain key
     yet, its key when both operands have one over the same BUFFER leaf."""
-    key_a = first.chain_key if first.op is not _BUFFER else eager_key_of(first)
+    key_a = first.chain_key
     if key_a is None:
-        return
-    key_b = second.chain_key if second.op is not _BUFFER else eager_key_of(second)
+        key_a = eager_key_of(first) if first.op is _BUFFER or first.op is _RESHAPE else None
+        if key_a is None:
+            return
+    key_b = second.chain_key
+    if key_b is None and (second.op is _BUFFER or second.op is _RESHAPE):
+        key_b = eager_key_of(second)
     if key_b is None or (key_a[1] or first) is not (key_b[1] or second):
         return
     dtype = node.dtype
@@ -127,6 +146,8 @@ def schedule_for_chain(chain_id: int, leaf: UOp) -> tuple[CachedSchedule, list[B
     out = entry.outputs[0]
     if out is None or out.symbolic or out.slot < entry.n_inputs:
         return None
+    if leaf.op is _RESHAPE:
+        leaf = leaf.src[0]
     found = _buffers_data.get(id(leaf))  # `buffer_table.get(leaf)` without the call
     buf = found[1] if found is not None and found[0]() is leaf else buffer_of(leaf)
     bufs = entry.slot_buffers([buf])

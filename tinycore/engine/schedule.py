@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinycore.device import Buffer
-from tinycore.engine.eager import schedule_for_chain
+from tinycore.engine.eager import leaf_buffer, schedule_for_chain
 from tinycore.engine.fusion import FusionGraph, simplify
 from tinycore.engine.gemm_packing import pack_gemm_operands
 from tinycore.engine.memory import plan_slots
@@ -233,7 +233,7 @@ def schedule_for_run(roots: Sequence[UOp]) -> tuple[CachedSchedule, KeyWalk, lis
         else:
             entry = schedule_graph(roots, walk)
             store(walk.key, entry)
-        if chain is not None and chain[1] is not None and walk.in_uops == [chain[1]] and not walk.subst:
+        if chain is not None and chain[1] is not None and walk.in_uops == [leaf_buffer(chain[1])] and not walk.subst:
             if not walk.var_vals and not entry.written_inputs:  # the walk found the chain's structure only
                 remember_chain_schedule(chain[0], entry)
     if entry.written_inputs and _readers_hook is not None:

@@ -125,8 +125,11 @@ class KeyWalk:
 
     @classmethod
     def of_chain(cls, leaf: UOp) -> KeyWalk:
-        """What the walk of an eager chain over the BUFFER `leaf` finds (`tinycore.engine.eager`); no key."""
+        """What the walk of an eager chain over `leaf` (a BUFFER, or a RESHAPE of one) finds
+        (`tinycore.engine.eager`); no key."""
         walk = cls.__new__(cls)
+        if leaf.op is Ops.RESHAPE:
+            leaf = leaf.src[0]
         buf = buffer_table.get(leaf)
         walk.in_uops, walk.in_bufs = [leaf], [buf if buf is not None else buffer_of(leaf)]
         walk.slot_of, walk.var_vals, walk.subst, walk.key = {leaf: 0}, {}, {}, None

@@ -70,7 +70,7 @@ _lock_acquire, _lock_release = REALIZE_LOCK.acquire, REALIZE_LOCK.release
 __all__ = ["Tensor"]
 
 _BOOL = dtypes.bool
-_BUFFER_OP = Ops.BUFFER
+_BUFFER_OP, _RESHAPE_OP = Ops.BUFFER, Ops.RESHAPE
 _COMPARISON = GroupOp.Comparison
 _MOVEMENT = GroupOp.Movement
 
@@ -345,8 +345,8 @@ def _binop_method(op: Ops, reverse: bool) -> Callable[[Tensor, Any], Tensor]:
                     if found[0] is not dtype:
                         return self._binop_general(op, y, reverse)
                     key = source.chain_key
-                    if key is None and source.op is _BUFFER_OP:  # a BUFFER's key is made on first use
-                        key = eager_key_of(source)
+                    if key is None and (source.op is _BUFFER_OP or source.op is _RESHAPE_OP):
+                        key = eager_key_of(source)  # a leaf's key is made on first use
                     if key is None:  # not a chain with a schedule-cache key: built now
                         t = _new_tensor(Tensor)
                         srcs = (operand, source) if reverse else (source, operand)
