@@ -334,3 +334,47 @@ def test_a_reshape_of_a_view_is_not_a_leaf(device: str) -> None:
     view = base[4:20].reshape(4, 4)  # a RESHAPE over a SHRINK: its buffer is not read whole
     for _ in range(3):
         np.testing.assert_allclose((view * 2.0 + 1.0).numpy(), values(25, 32)[4:20].reshape(4, 4) * 2 + 1, rtol=1e-6)
+
+
+# unary ops and casts on a chain keep its key: scalar ops after them are deferred too
+
+
+@pytest.mark.parametrize(
+    "name, build, reference",
+    [
+        ("exp", lambda t: t.exp() * 2.0 + 1.0, lambda a: np.exp(a) * 2 + 1),
+        ("sqrt", lambda t: (t * t + 1.0).sqrt() - 0.5, lambda a: np.sqrt(a * a + 1) - 0.5),
+        ("neg", lambda t: -(t * 3.0) + 2.0, lambda a: -(a * 3) + 2),
+        ("log", lambda t: (t * t + 2.0).log() * 0.5, lambda a: np.log(a * a + 2) * 0.5),
+        ("half", lambda t: (t * 2.0).cast(dtypes.float16) + 1.0, lambda a: (a * 2).astype(np.float16) + np.float16(1)),
+        ("int", lambda t: (t * 10.0).cast(dtypes.int32) + 3, lambda a: (a * 10).astype(np.int32) + 3),
+    ],
+)
+@pytest.mark.parametrize("shape", [(16,), (4, 4)])
+def test_unary_ops_and_casts_keep_the_chain_deferred(device: str, name: str, build, reference, shape) -> None:  # noqa: ANN001
+    data = values(30 + len(name)).reshape(shape)
+    x = Tensor(data, device=device).realize()
+    warm(x, build)
+    y = build(x)
+    assert is_deferred_op(y), name
+    schedule_stats.reset()
+    GlobalCounters.reset()
+    y.realize()
+    assert schedule_stats.hits == 1 and GlobalCounters.kernel_count == 1
+    want = reference(data)
+    got = y.numpy()
+    assert got.dtype == want.dtype and got.shape == shape
+    np.testing.assert_allclose(got, want, rtol=2e-3 if name == "half" else 1e-5, atol=1e-5)
+    np.testing.assert_allclose(built(build(x)).numpy(), want, rtol=2e-3 if name == "half" else 1e-5, atol=1e-5)
+
+
+def test_different_unary_ops_on_one_chain_keep_their_own_schedules(device: str) -> None:
+    data = np.abs(values(40)) + 0.5
+    x = Tensor(data, device=device).realize()
+    ops = {"sqrt": (Tensor.sqrt, np.sqrt), "exp2": (Tensor.exp2, np.exp2), "log2": (Tensor.log2, np.log2),
+           "reciprocal": (Tensor.reciprocal, np.reciprocal)}  # fmt: skip
+    for _ in range(3):  # each op's chain, warm, reads its own cached schedule
+        for fn, ref in ops.values():
+            np.testing.assert_allclose((fn(x * 2.0) + 1.0).numpy(), ref(data * 2) + 1, rtol=1e-5)
+    keys = {(fn(x * 2.0)).uop.chain_key[0] for fn, _ in ops.values()}
+    assert len(keys) == len(ops)

@@ -17,6 +17,7 @@ What the tensor front end calls, as it builds nodes:
 
 - `eager_key_of(u)`: the chain key of a node (a BUFFER's is made on first request);
 - `note_elementwise_pair(node, a, b)`: key ``node = op(a, b)`` when both are chains over one leaf;
+- `note_unary(node, a)`: key ``node = op(a)`` (a unary op or a cast) when `a` is a chain over one leaf;
 - `constant_op_chain_id` / `known_chain_id`: the id of ``op(chain, constant)``, for ops it defers without
   building them (`tinycore.tensor._DeferredOp`), and `note_chain_node` to key such a node once it is built;
 - `schedule_for_chain(chain_id, leaf)`: realize a deferred chain from its cached schedule, no node built.
@@ -43,6 +44,7 @@ __all__ = [
     "leaf_buffer",
     "note_chain_node",
     "note_elementwise_pair",
+    "note_unary",
     "schedule_for_chain",
 ]
 
@@ -111,6 +113,20 @@ def note_chain_node(node: UOp, chain_id: int, leaf: UOp) -> None:
     were given (unless hash-consing returned a node that has its key already)."""
     if node.chain_key is None:
         set_chain_key(node, (chain_id, leaf))
+
+
+def note_unary(node: UOp, source: UOp) -> None:
+    """Give `node` = op(`source`), a unary elementwise op or a cast that the tensor front end built and that has no
+    chain key yet, its key when `source` is a chain over one leaf (or that leaf): scalar ops on it are then deferred
+    too, and a repeated chain through an activation finds its schedule without a walk."""
+    key = source.chain_key
+    if key is None:
+        if source.op is not _BUFFER and source.op is not _RESHAPE:
+            return
+        key = eager_key_of(source)
+        if key is None:
+            return
+    set_chain_key(node, (_chain_id(("unary", node.op, key[0], node.dtype, node.arg)), key[1] or source))
 
 
 def note_elementwise_pair(node: UOp, first: UOp, second: UOp) -> None:

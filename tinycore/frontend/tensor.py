@@ -44,6 +44,7 @@ from tinycore.engine.eager import (
     known_chain_id,
     note_chain_node,
     note_elementwise_pair,
+    note_unary,
     schedule_for_chain,
 )
 from tinycore.engine.jit import note_assign, register_tensor_type
@@ -1219,7 +1220,11 @@ class Tensor(
     def _unop(self, op: Ops) -> Tensor:
         if self.dtype.itemsize == 1 and self.dtype in FP8S:
             raise _fp8_refused(self.dtype, op.name.lower())
-        return _wrap(self.uop.alu(op), self.device, self._shape, self._requires_grad)
+        source = self.uop
+        node = source.alu(op)
+        if node.chain_key is None:
+            note_unary(node, source)
+        return _wrap(node, self.device, self._shape, self._requires_grad)
 
     def _float_unop(self, op: Ops) -> Tensor:
         return self.cast(least_upper_float(self.dtype))._unop(op)
@@ -1510,7 +1515,13 @@ class Tensor(
     def cast(self, dtype: Any) -> Tensor:
         """Value conversion to `dtype` (C semantics: float to int truncates)."""
         dt = _to_dtype(dtype)
-        return self if dt == self.dtype else _wrap(self.uop.cast(dt), self.device, self._shape, self._requires_grad)
+        if dt == self.dtype:
+            return self
+        source = self.uop
+        node = source.cast(dt)
+        if node.chain_key is None:
+            note_unary(node, source)
+        return _wrap(node, self.device, self._shape, self._requires_grad)
 
     def bitcast(self, dtype: Any) -> Tensor:
         """Reinterpret the bits as `dtype` (same item size)."""
