@@ -337,8 +337,9 @@ class Kernel:
                 for inner in u.src[1].toposort():
                     if inner.op is Ops.LOAD:
                         out |= {r for r in inner.src[0].toposort() if r.op is Ops.RANGE}
-        self.__dict__["_gathers_of"] = (self.sink, frozenset(out))
-        return frozenset(out)
+        found = frozenset(out)
+        self.__dict__["_gathers_of"] = (self.sink, found)
+        return found
 
     @property
     def buffers(self) -> list[UOp]:

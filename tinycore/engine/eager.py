@@ -34,14 +34,13 @@ import itertools
 from tinycore.device import Buffer
 from tinycore.dtype import dtypes
 from tinycore.engine.realized import buffer_of, buffer_table
-from tinycore.engine.schedule_cache import CachedSchedule, eager_schedules, schedule_stats
+from tinycore.engine.schedule_cache import CachedSchedule, eager_schedules, leaf_buffer, schedule_stats
 from tinycore.uop.ops import Ops, UOp, set_chain_key
 
 __all__ = [
     "constant_op_chain_id",
     "eager_key_of",
     "known_chain_id",
-    "leaf_buffer",
     "note_chain_node",
     "note_elementwise_pair",
     "note_unary",
@@ -84,11 +83,6 @@ known_chain_id = _chain_ids.get
 # the chain keys of nodes: `UOp.chain_key`, set with `tinycore.uop.ops.set_chain_key` (only here)
 
 
-def leaf_buffer(leaf: UOp) -> UOp:
-    """The BUFFER node of a chain's leaf: the leaf itself, or the BUFFER under a leaf that reshapes one."""
-    return leaf.src[0] if leaf.op is _RESHAPE else leaf
-
-
 def eager_key_of(uop: UOp) -> tuple[int, UOp | None] | None:
     """`uop`'s eager chain key ``(structure id, leaf or None when uop is that leaf)``, or None when it is not an
     elementwise chain over one leaf. A leaf is a BUFFER, or a RESHAPE of one to concrete sizes (every realized
@@ -116,30 +110,23 @@ def note_chain_node(node: UOp, chain_id: int, leaf: UOp) -> None:
 
 
 def note_unary(node: UOp, source: UOp) -> None:
-    """Give `node` = op(`source`), a unary elementwise op or a cast that the tensor front end built and that has no
-    chain key yet, its key when `source` is a chain over one leaf (or that leaf): scalar ops on it are then deferred
-    too, and a repeated chain through an activation finds its schedule without a walk."""
-    key = source.chain_key
-    if key is None:
-        if source.op is not _BUFFER and source.op is not _RESHAPE:
-            return
-        key = eager_key_of(source)
-        if key is None:
-            return
-    set_chain_key(node, (_chain_id(("unary", node.op, key[0], node.dtype, node.arg)), key[1] or source))
+    """Give `node` = op(`source`), a unary elementwise op or a cast that the tensor front end built, its key (unless
+    hash-consing returned a node that has one) when `source` is a chain over one leaf (or that leaf): scalar ops on
+    it are then deferred too, and a repeated chain through an activation finds its schedule without a walk."""
+    if node.chain_key is not None:
+        return
+    key = eager_key_of(source)
+    if key is not None:
+        set_chain_key(node, (_chain_id(("unary", node.op, key[0], node.dtype, node.arg)), key[1] or source))
 
 
 def note_elementwise_pair(node: UOp, first: UOp, second: UOp) -> None:
     """Give `node` = op(`first`, `second`), a binary elementwise op of two tensors' graphs that has no chain key
-    yet, its key when both operands have one over the same BUFFER leaf."""
-    key_a = first.chain_key
+    yet, its key when both operands have one over the same leaf."""
+    key_a = eager_key_of(first)
     if key_a is None:
-        key_a = eager_key_of(first) if first.op is _BUFFER or first.op is _RESHAPE else None
-        if key_a is None:
-            return
-    key_b = second.chain_key
-    if key_b is None and (second.op is _BUFFER or second.op is _RESHAPE):
-        key_b = eager_key_of(second)
+        return
+    key_b = eager_key_of(second)
     if key_b is None or (key_a[1] or first) is not (key_b[1] or second):
         return
     dtype = node.dtype
@@ -162,8 +149,7 @@ def schedule_for_chain(chain_id: int, leaf: UOp) -> tuple[CachedSchedule, list[B
     out = entry.outputs[0]
     if out is None or out.symbolic or out.slot < entry.n_inputs:
         return None
-    if leaf.op is _RESHAPE:
-        leaf = leaf.src[0]
+    leaf = leaf_buffer(leaf)
     found = _buffers_data.get(id(leaf))  # `buffer_table.get(leaf)` without the call
     buf = found[1] if found is not None and found[0]() is leaf else buffer_of(leaf)
     bufs = entry.slot_buffers([buf])

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinycore.device import Buffer
-from tinycore.engine.eager import leaf_buffer, schedule_for_chain
+from tinycore.engine.eager import schedule_for_chain
 from tinycore.engine.fusion import FusionGraph, simplify
 from tinycore.engine.gemm_packing import pack_gemm_operands
 from tinycore.engine.memory import plan_slots
@@ -85,6 +85,7 @@ from tinycore.engine.schedule_cache import (
     check_cache_settings,
     clear_schedule_cache,
     eager_schedules,
+    leaf_buffer,
     remember_chain_schedule,
     schedule_cache,
     schedule_stats,

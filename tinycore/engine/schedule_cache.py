@@ -44,6 +44,7 @@ __all__ = [
     "check_cache_settings",
     "clear_schedule_cache",
     "eager_schedules",
+    "leaf_buffer",
     "remember_chain_schedule",
     "schedule_cache",
     "schedule_stats",
@@ -78,6 +79,12 @@ _realized_data = realized_table.data
 _BUFFER, _BIND = Ops.BUFFER, Ops.BIND
 _KEY_LEAVES = frozenset({Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.UNIQUE, Ops.VCONST})
 _MOVEMENT = GroupOp.Movement
+
+
+def leaf_buffer(leaf: UOp) -> UOp:
+    """The BUFFER node of an eager chain's leaf (`tinycore.engine.eager`): the leaf itself, or the BUFFER under a
+    leaf that reshapes one."""
+    return leaf.src[0] if leaf.op is Ops.RESHAPE else leaf
 
 
 class KeyWalk:
@@ -128,8 +135,7 @@ class KeyWalk:
         """What the walk of an eager chain over `leaf` (a BUFFER, or a RESHAPE of one) finds
         (`tinycore.engine.eager`); no key."""
         walk = cls.__new__(cls)
-        if leaf.op is Ops.RESHAPE:
-            leaf = leaf.src[0]
+        leaf = leaf_buffer(leaf)
         buf = buffer_table.get(leaf)
         walk.in_uops, walk.in_bufs = [leaf], [buf if buf is not None else buffer_of(leaf)]
         walk.slot_of, walk.var_vals, walk.subst, walk.key = {leaf: 0}, {}, {}, None

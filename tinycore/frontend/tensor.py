@@ -1222,8 +1222,7 @@ class Tensor(
             raise _fp8_refused(self.dtype, op.name.lower())
         source = self.uop
         node = source.alu(op)
-        if node.chain_key is None:
-            note_unary(node, source)
+        note_unary(node, source)
         return _wrap(node, self.device, self._shape, self._requires_grad)
 
     def _float_unop(self, op: Ops) -> Tensor:
@@ -1519,8 +1518,7 @@ class Tensor(
             return self
         source = self.uop
         node = source.cast(dt)
-        if node.chain_key is None:
-            note_unary(node, source)
+        note_unary(node, source)
         return _wrap(node, self.device, self._shape, self._requires_grad)
 
     def bitcast(self, dtype: Any) -> Tensor:
