@@ -203,6 +203,19 @@ def test_cpu_long_rows_are_reduced_four_at_a_time():
     assert not [o for o in opts_of(exp_rows, CPURenderer()) if o.op is OptOps.UPCAST]
 
 
+@pytest.mark.parametrize("streams", [1, 2])
+def test_cpu_long_rows_follow_the_renderers_reduce_streams(streams: int) -> None:
+    """`reduce_streams` is how many long rows one step reads side by side: 1 keeps one memory stream per thread
+    (AMD Zen's prefetchers), 2 upcasts the rows by two; the values are right either way."""
+    renderer = type("StreamsRenderer", (CPURenderer,), {"reduce_streams": streams})()
+    opts = opts_of(rowsum_ast(64, 512), renderer)
+    assert [o.arg for o in opts if o.op is OptOps.UNROLL] == [32]
+    assert [o.arg for o in opts if o.op is OptOps.UPCAST] == ([] if streams == 1 else [streams])
+    assert any(o.op is OptOps.THREAD for o in opts)  # the rows still split over the threads
+    a = np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32)
+    np.testing.assert_allclose(run(rowsum_ast(64, 512), [a.ravel()], renderer), a.sum(1), rtol=1e-4, atol=1e-4)
+
+
 def test_cpu_reduce_gathering_a_narrow_operand_takes_one_vector_per_step():
     """``h @ w`` with a 10-wide ``w``: `h` is read along the reduce, `w` gathered with stride 10. One vector of
     the reduce per step (rows still four at a time): four vectors gathered per step cost compile time for nothing."""

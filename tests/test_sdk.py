@@ -39,6 +39,7 @@ RENDERER_ATTRIBUTES = (
     "index_bits",
     "vector_bytes",
     "vector_registers",
+    "reduce_streams",
     "gemm_panel_bytes",
     "row_reduce_bytes",
     "threads",

@@ -47,8 +47,8 @@ depends only on what the renderer declares:
    it (the two axes swap so those lanes are innermost);
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
    accumulators (folded after the loop; one vector when another operand is gathered along it), and rows of at least
-   64 vectors are reduced four at a time (an output axis upcast by 4: four memory streams) unless the body computes
-   an exp/log/sin; otherwise the innermost contiguous output axis is upcast to the vector width, or to two vectors
+   64 vectors are reduced the renderer's ``reduce_streams`` at a time (an output axis upcast: that many memory
+   streams; 4 by default, 1 on AMD Zen CPUs) unless the body computes an exp/log/sin; otherwise the innermost contiguous output axis is upcast to the vector width, or to two vectors
    for a long kernel computing an exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4.
    Copies and permutes (no reduce): when the largest input is contiguous along another output axis (a transpose),
    that axis is upcast too (an 8 x 8 tile transposed in registers), a contiguous row of two vectors is taken whole,
@@ -381,12 +381,14 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         idx = _axis_index(k.reduce_axes, red_axis)
         if idx is not None:  # the widest the kernel takes (64 lanes: not)
             _try_amounts(k, OptOps.UNROLL, idx, _size(red_axis), (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2))
-        # long rows reduced side by side: four rows per step give four independent memory streams (row max/sum of a
-        # 4096 x 4096 matrix: ~25% faster on AVX2, what BEAM picks first); not with exp/log in the body, whose
-        # 16 polynomial chains would no longer fit the registers
-        rows = [a for a in k.output_axes if _long_enough(_size(a), 64) and _divisor(_size(a), (4,))]
-        if rows and _long_enough(_size(red_axis), 64 * vw) and not _transcendental(k):
-            _try(k, Opt(OptOps.UPCAST, k.output_axes.index(rows[-1]), 4))
+        # long rows reduced side by side, the renderer's `reduce_streams` of them per step: independent memory
+        # streams (row max/sum of a 4096 x 4096 matrix: four rows ~25% faster on an Intel AVX2 box, one row ~30%
+        # faster than four on an AMD Zen 4); not with exp/log in the body, whose 16 polynomial chains would no
+        # longer fit the registers
+        streams = k.renderer.reduce_streams if k.renderer is not None else 4
+        rows = [a for a in k.output_axes if _long_enough(_size(a), 64) and _divisor(_size(a), (streams,))]
+        if streams > 1 and rows and _long_enough(_size(red_axis), 64 * vw) and not _transcendental(k):
+            _try(k, Opt(OptOps.UPCAST, k.output_axes.index(rows[-1]), streams))
         return
     out_lanes = 1
     if out_axis is not None and vw > 1:

@@ -187,6 +187,8 @@ class Renderer:
     - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
       `vector_registers`: how many such registers the target has (16 with AVX2, 32 with AVX-512): the heuristics
       size a matmul's register tile of accumulators from it;
+      `reduce_streams`: how many rows a long reduce that is contiguous in memory reads side by side, each its own
+      memory stream (1: one row at a time); what is fastest depends on the CPU's prefetchers, not on its ISA;
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
       this many bytes wide (``(K, N) -> (N / w, K, w)``), so a register-blocked kernel reads it contiguously;
     - `row_reduce_bytes`: when > 0, a reduce over the last axis of rows at most this many bytes long stays in the
@@ -229,6 +231,7 @@ class Renderer:
     index_bits: int = 32
     vector_bytes: int = 32
     vector_registers: int = 16
+    reduce_streams: int = 4
     gemm_panel_bytes: int = 0
     row_reduce_bytes: int = 0
     threads: int | None = None

@@ -22,6 +22,7 @@ from tinycore_clang.renderer import (
     X86_CPUS,
     check_target_cpu,
     host_cpu_flags,
+    reduce_streams,
     target_cpu_from_env,
     vector_shape,
 )
@@ -88,6 +89,20 @@ def test_unset_empty_or_native_means_the_host() -> None:
     assert target_cpu_from_env({CPU_ENV: ""}) is None
     assert target_cpu_from_env({CPU_ENV: "  "}) is None
     assert target_cpu_from_env({CPU_ENV: "native"}) is None
+
+
+def test_reduce_streams_follow_the_cpu_vendor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AMD Zen targets read one long row at a time, the others four side by side; the host's vendor decides for
+    ``-march=native``, and a renderer carries what its target says."""
+    from tinycore_clang.renderer import ClangRenderer
+
+    assert [reduce_streams(cpu) for cpu in ("znver2", "znver4", "haswell", "skylake-avx512", "x86-64-v3")] == [
+        1, 1, 4, 4, 4
+    ]  # fmt: skip
+    for vendor, streams in (("AuthenticAMD", 1), ("GenuineIntel", 4), ("", 4)):
+        monkeypatch.setattr("tinycore_clang.renderer.cpu_vendor", lambda vendor=vendor: vendor)
+        assert reduce_streams(None) == streams, vendor
+        assert ClangRenderer().reduce_streams == streams and ClangRenderer("znver3").reduce_streams == 1
 
 
 def test_the_table_gives_each_cpu_its_vector_registers() -> None:

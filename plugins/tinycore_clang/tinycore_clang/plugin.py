@@ -116,6 +116,19 @@ def _target_cpu_report() -> str:
     return f"{cpu} ({CPU_ENV}={asked})"
 
 
+def _kernel_shape_report() -> str:
+    """What the heuristics size kernels from, for the target CPU: vector registers and reduce streams."""
+    from tinycore_clang.renderer import reduce_streams, target_cpu_from_env, vector_shape
+
+    try:
+        cpu = target_cpu_from_env()
+    except ValueError:
+        cpu = None
+    width, count = vector_shape(cpu)
+    streams = reduce_streams(cpu)
+    return f"{count} vector registers of {width} bytes; long reduces read {streams} row(s) side by side"
+
+
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
     """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``), and with ``CLANG_BACKEND=llvm``
@@ -215,6 +228,7 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
         info["threads"] = str(toolchain.default_thread_count())
         info["backend"] = _backend_report()
         info["target cpu"] = _target_cpu_report()
+        info["kernel shape"] = _kernel_shape_report()
         if info["backend"].startswith("llvm"):
             from tinycore_clang import libllvm
             from tinycore_clang.objloader import can_load_objects

@@ -114,6 +114,12 @@ def _proc_cpuinfo_field(field: str) -> str:
     return ""
 
 
+@functools.cache
+def cpu_vendor() -> str:
+    """This machine's CPU vendor string from ``/proc/cpuinfo`` (``GenuineIntel``, ``AuthenticAMD``; '' when unknown)."""
+    return _proc_cpuinfo_field("vendor_id")
+
+
 def cpu_model() -> str:
     """The CPU model name from ``/proc/cpuinfo`` ('' when unknown)."""
     return _proc_cpuinfo_field("model name")

@@ -6,7 +6,7 @@
 # tensor-core blockings; the device time of each benchmark kernel; where the eager host time goes;
 # examples/char_lm.py training on CUDA; the conformance kit's static and core tiers; the op-parity suites on CUDA.
 # Every step's whole log lands in $OUT (or the folder given as $1), gathered into $OUT/device_check.md at the end;
-# ONLY="smoke bench" runs just those steps (``failing`` and ``cpu_peers`` run only when named).
+# ONLY="smoke bench" runs just those steps (``failing``, ``cpu_peers`` and ``cpu_streams`` run only when named).
 #
 # Before the run, on the development machine (the GPU machine reaches no package registry; see PLATFORMS.md):
 #     bash plugins/tinycore_cuda/bench/device_check.sh --fetch      # wheels for Python 3.12 into bench/wheels/
@@ -198,6 +198,11 @@ if [ -f "$wheels/peer_bench.py" ]; then
     DEV=CLANG logged cpu_peers 30 timeout 200 taskset -c 0,1 python3 bench/peers.py --rounds 1 --threads 2 \
         --harness "$wheels/peer_bench.py"
 fi
+fi
+
+if [[ " ${ONLY:-} " == *" cpu_streams "* ]]; then  # only when asked: the CPU's reduce streams, pinned to 2 cores
+step "CPU: long reduces reading 1 or 4 rows side by side, beside torch (pinned to 2 cores)"
+logged cpu_streams 12 timeout 120 taskset -c 0,1 python3 bench/bench_reduce_streams.py --threads 2 --pairs 40
 fi
 
 step "done"
