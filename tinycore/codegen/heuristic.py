@@ -48,8 +48,9 @@ depends only on what the renderer declares:
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
    accumulators (folded after the loop; one vector when another operand is gathered along it), and rows of at least
    64 vectors are reduced the renderer's ``reduce_streams`` at a time (an output axis upcast: that many memory
-   streams; 4 by default, 1 on AMD Zen CPUs) unless the body computes an exp/log/sin; otherwise the innermost contiguous output axis is upcast to the vector width, or to two vectors
-   for a long kernel computing an exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4.
+   streams; 4 by default, 1 on AMD Zen CPUs) unless the body computes an exp/log/sin; otherwise the innermost
+   contiguous output axis is upcast to the vector width, or to two vectors for a long kernel computing an
+   exp/log/sin (two polynomial chains overlap), and a strided reduce unrolled by 4.
    Copies and permutes (no reduce): when the largest input is contiguous along another output axis (a transpose),
    that axis is upcast too (an 8 x 8 tile transposed in registers), a contiguous row of two vectors is taken whole,
    and the loop that reads the input with the smallest stride goes innermost (the packing copy of a matmul's right
