@@ -2,12 +2,12 @@
 """How many rows a long reduce should read side by side on this CPU: the CLANG renderer's `reduce_streams`.
 
 Usage:
-    python bench/bench_reduce_streams.py [--streams 1,4] [--pairs 40] [--threads 2]
+    python bench/bench_reduce_streams.py [--streams 1,4] [--rounds 7] [--threads 2]
 
 For each value of `reduce_streams` (a fresh schedule and kernel each), the sum of 16M floats and the row sums of a
-4096 x 4096 matrix are timed in pairs with torch (numpy when torch is missing): one tinycore call, one peer call,
-`--pairs` times, so both see the same moment of a shared, noisy machine. The table gives each side's median GB/s
-and the median of the per-pair ratios (> 1: tinycore faster). The renderer's own choice (from the CPU vendor, see
+4096 x 4096 matrix are timed beside torch (numpy when torch is missing) in rounds: 10 tinycore calls, a pause, 10
+peer calls, so both see about the same moment of a shared, noisy machine. The table gives each side's median GB/s
+and the median of the rounds' ratios (> 1: tinycore faster). The renderer's own choice (from the CPU vendor, see
 ``tinycore doctor CLANG``) is marked. Benchmarks are never run as timed tests.
 """
 
@@ -26,24 +26,28 @@ ROWS = 4096
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", default="1,4", help="comma-separated reduce_streams values to time")
-    parser.add_argument("--pairs", type=int, default=40, help="tinycore/peer call pairs per row of the table")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of 10 tinycore and 10 peer calls per row")
     parser.add_argument("--threads", type=int, default=None, help="THREADS for tinycore and the peer (default: all)")
     return parser.parse_args()
 
 
-def _pairs(ours: Callable[[], object], peer: Callable[[], object], count: int) -> tuple[float, float, float]:
-    """Median seconds of `ours`, of `peer`, and the median of peer/ours per pair (after one warm call each)."""
+def _blocks(ours: Callable[[], object], peer: Callable[[], object], rounds: int) -> tuple[float, float, float]:
+    """Median seconds per call of `ours`, of `peer`, and the median of the rounds' peer/ours ratios: each round
+    times a block of 10 calls of each after a pause (a library's worker threads may spin for a while after its
+    calls; the pause keeps them from slowing the other side's block)."""
     ours(), peer()
     mine, theirs, ratios = [], [], []
-    for _ in range(count):
-        start = time.perf_counter()
-        ours()
-        middle = time.perf_counter()
-        peer()
-        end = time.perf_counter()
-        mine.append(middle - start)
-        theirs.append(end - middle)
-        ratios.append((end - middle) / (middle - start))
+    for _ in range(rounds):
+        times = []
+        for call in (ours, peer):
+            time.sleep(0.05)
+            start = time.perf_counter()
+            for _ in range(10):
+                call()
+            times.append((time.perf_counter() - start) / 10)
+        mine.append(times[0])
+        theirs.append(times[1])
+        ratios.append(times[1] / times[0])
     return statistics.median(mine), statistics.median(theirs), statistics.median(ratios)
 
 
@@ -78,7 +82,7 @@ def main() -> None:
         peer_sum, peer_rows = (lambda: flat.sum()), (lambda: rows.sum(axis=1))
     renderer = Device["CLANG"].renderer
     chosen = renderer.reduce_streams
-    print(f"CLANG renderer's reduce_streams here: {chosen}; peer: {peer_name}; {args.pairs} pairs per row")
+    print(f"CLANG renderer's reduce_streams here: {chosen}; peer: {peer_name}; {args.rounds} rounds of 10 calls each per row")
     print("| workload | reduce_streams | tinycore GB/s | peer GB/s | ratio (>1: tinycore faster) |")
     print("|---|---:|---:|---:|---:|")
     for streams in (int(s) for s in args.streams.split(",")):
@@ -93,7 +97,7 @@ def main() -> None:
             want = flat.astype(np.float64).sum() if name.startswith("sum") else rows.astype(np.float64).sum(axis=1)
             if not np.allclose(got, want, rtol=1e-4):
                 raise SystemExit(f"{name} with reduce_streams={streams}: wrong values")
-            mine, theirs, ratio = _pairs(ours, peer, args.pairs)
+            mine, theirs, ratio = _blocks(ours, peer, args.rounds)
             mark = " (chosen)" if streams == chosen else ""
             gb = N_SUM * 4 / 1e9
             print(f"| {name} | {streams}{mark} | {gb / mine:.1f} | {gb / theirs:.1f} | {ratio:.2f}x |")

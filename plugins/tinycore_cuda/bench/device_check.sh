@@ -202,7 +202,7 @@ fi
 
 if [[ " ${ONLY:-} " == *" cpu_streams "* ]]; then  # only when asked: the CPU's reduce streams, pinned to 2 cores
 step "CPU: long reduces reading 1 or 4 rows side by side, beside torch (pinned to 2 cores)"
-logged cpu_streams 12 timeout 120 taskset -c 0,1 python3 bench/bench_reduce_streams.py --threads 2 --pairs 40
+logged cpu_streams 12 timeout 120 taskset -c 0,1 python3 bench/bench_reduce_streams.py --threads 2
 fi
 
 step "done"
