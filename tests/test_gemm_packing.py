@@ -4,6 +4,8 @@ builds (a plain product: no device settings read), and forward and backward nume
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from tinycore import Tensor
 from tinycore.dtype import dtypes
 from tinycore.engine.gemm_packing import (
     PACK_MIN_ROWS_IN_PLACE,
+    find_gradient_products,
     find_products,
     gemm_panel,
     pack_gemm_operands,
@@ -164,20 +167,31 @@ def test_device_without_panels_is_left_alone():
 
 
 def test_pass_is_a_named_rule_table():
-    assert pm_pack_gemm.name == "pack_gemm_operands" and len(pm_pack_gemm) == 2  # matmul operands, conv inputs
+    # gradient products, matmul operands, conv inputs
+    assert pm_pack_gemm.name == "pack_gemm_operands" and len(pm_pack_gemm) == 3
 
 
-def test_forward_and_backward_products_share_one_packing_kernel(clang):
-    """``dx = dout @ w.T`` is the product's own gradient: it reads the right operand through the node the forward
-    product reads, so one packing kernel serves both."""
+def test_the_input_gradient_reads_w_transposed_through_panels_of_its_own(clang):
+    """``dx = dout @ w.T``, the product's own gradient, multiplies by the node the forward product reads but sums
+    over ``N``: it gets a copy of ``w.T`` packed along ``K`` (read across the forward panels, every lane was a scalar
+    load). Only packing kernels read ``w``; the products read vectors."""
     x, w = rand(256, 256), rand(256, 1024, seed=1)
     tx, tw = Tensor(x, device="CLANG", requires_grad=True), Tensor(w, device="CLANG", requires_grad=True)
     tw.realize()
     out = (tx @ tw).relu()
     out.sum().backward()
+    sink = UOp.sink(out.uop, tx.grad.uop, tw.grad.uop)
+    products = find_products(sink)
+    assert list(find_gradient_products(sink, products).values()) == [256]
     items = kernels(out, tx.grad, tw.grad)
     w_buf = next(ei.bufs[1] for ei in items if len(ei.bufs) == 2 and ei.bufs[0].size == 256 * 1024)
-    assert sum(w_buf in ei.bufs[1:] for ei in items) == 1  # only the packing kernel reads w
+    readers = [ei for ei in items if w_buf in ei.bufs[1:]]
+    assert readers and all(ei.runner.p.function_name.startswith("E_") for ei in readers)  # copies, no reduce
+    products_src = [ei.runner.p.src for ei in items if ei.runner.p.function_name.startswith("r_")]
+    assert len(products_src) == 3
+    for src in products_src:  # LLVM IR: the only scalar loads left are the left operand's broadcasts (8 tile rows)
+        if src.startswith("; tinycore-clang kernel"):
+            assert len(re.findall(r"= load float, ", src)) <= 16, src[:200]
     mask = (x @ w > 0).astype(np.float32)
     np.testing.assert_allclose(tx.grad.numpy(), mask @ w.T, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(tw.grad.numpy(), x.T @ mask, rtol=1e-4, atol=1e-3)
