@@ -82,7 +82,7 @@ def main() -> None:
         peer_sum, peer_rows = (lambda: flat.sum()), (lambda: rows.sum(axis=1))
     renderer = Device["CLANG"].renderer
     chosen = renderer.reduce_streams
-    print(f"CLANG renderer's reduce_streams here: {chosen}; peer: {peer_name}; {args.rounds} rounds of 10 calls each per row")
+    print(f"CLANG renderer's reduce_streams here: {chosen}; peer: {peer_name}; {args.rounds} rounds of 10 calls each")
     print("| workload | reduce_streams | tinycore GB/s | peer GB/s | ratio (>1: tinycore faster) |")
     print("|---|---:|---:|---:|---:|")
     for streams in (int(s) for s in args.streams.split(",")):

@@ -115,6 +115,21 @@ def test_range_independent_work_is_hoisted_out_of_inner_loops():
     assert all(i < outer for i, u in enumerate(uops) if u.op is Ops.CONST)
 
 
+def test_work_no_loop_needs_goes_after_the_loops_of_its_block():
+    """out[i] = old[i] - sum_k(a[i, k]) (an in-place update's epilogue): the load of `old` and the output's address
+    are needed by no loop, so they come after the reduce loop's END, not before it (held across the loop they
+    would take registers the loop needs); the reduce's own inputs stay inside it."""
+    old = load(1, 4)
+    total = load(2, 32).reshape((4, 8)).r(Ops.ADD, (1,)).reshape((4,))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, 4).store(old - total))
+    uops = get_program(ast, LoopRenderer(), []).uops
+    [outer, inner] = [i for i, u in enumerate(uops) if u.op is Ops.RANGE]
+    inner_end = next(i for i, u in enumerate(uops) if u.op is Ops.END and u.src[-1] is uops[inner])
+    load_old = next(i for i, u in enumerate(uops) if u.op is Ops.LOAD and u.src[0].src[0].arg == 1)
+    load_a = next(i for i, u in enumerate(uops) if u.op is Ops.LOAD and u.src[0].src[0].arg == 2)
+    assert outer < inner < load_a < inner_end < load_old
+
+
 def test_loop_invariant_reduce_is_outside_the_output_loop():
     # out[i] = a[i] + sum(b): the sum doesn't depend on i
     a = load(1, 4)

@@ -30,7 +30,8 @@ depends only on what the renderer declares:
    tiles when that adds at most an eighth, rather than a narrower tile that divides it; a row that would take less
    than one vector is padded to a whole overlapping one) and the other output axis by enough rows for half to three
    quarters of the renderer's ``vector_registers`` as accumulators (`tile_rows`: 8-12 of AVX2's 16, 4 x 16 or 8 x 8
-   floats, 5- and 6-row tiles measured 3-6x slower there; 16-24 of AVX-512's 32, 8 x 32 or 16 x 16 floats),
+   floats; 16-24 of AVX-512's 32, 8 x 32 or 16 x 16 floats; a power of two of rows: 3-, 5- and 6-row tiles measured
+   3-10x slower than 2 or 1 row on AVX2 and AVX-512),
    so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
    and step; the row axis is split across the threads, and a block of rows whose left operand fits in half an L2
    cache stays there while the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With
@@ -89,7 +90,7 @@ USE_TC = ContextVar("USE_TC", 1)  # 0: the heuristics never pick tensor cores
 
 _L2_BYTES = 512 * 1024  # a per-core L2 cache: the left operand block of a matmul uses half of it
 _MAX_TRANSPOSE_LANES = 64  # a transposed tile of a copy: 8 x 8 floats, 8 vector registers
-ROW_CHOICES = (4, 8, 16, 3, 2)  # rows of a matmul's register tile, best first (see `tile_rows`)
+ROW_CHOICES = (4, 8, 16, 2)  # rows of a matmul's register tile, best first (see `tile_rows`); powers of two only
 _SMALL_WORK = 1 << 15  # output elements (times reduce size) below which a CPU kernel stays on one thread
 
 
@@ -245,13 +246,15 @@ def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, in
         if swapped is None:
             return None
         i, j = swapped
-        jn = _divisor(_size(j), (vw,))
+        # up to four vectors of the (long) row axis: a weight gradient with N = 10 reads each reduce step's
+        # row of the left operand whole (512 x 10 from 128 rows: 107 -> 14 us on a Zen 4)
+        jn = _divisor(_size(j), (4 * vw, 2 * vw, vw))
     vectors = max(1, -(-jn // vw)) if jn is not None else 1
     rows = tile_rows(vectors, _registers(k))
     im = _divisor(_size(i), rows)
     if im is None and rows and _pad_rows(k, i, min(rows)):
         im = min(rows)
-    im = im or _divisor(_size(i), [4, 5, 3, 2])
+    im = im or _divisor(_size(i), [4, 2])  # 3- or 5-row tiles: 4-10x slower than 2 or 1 row (a Zen 4, M = 10, 15)
     ja = _axis_index(k.output_axes, j)
     first = min(jn or 0, 16)  # one UPCAST is at most 16 lanes: wider tiles split the outer part again
     if jn is None or ja is None or not _try(k, Opt(OptOps.UPCAST, ja, first)):
@@ -274,7 +277,8 @@ def _registers(k: Kernel) -> int:
 def tile_rows(vectors: int, registers: int) -> list[int]:
     """Rows of a matmul's register tile `vectors` vector registers wide, best first: the tile holds between half and
     three quarters of the target's `registers` as accumulators (enough independent FMAs to hide their latency, the
-    rest left for the operands so nothing spills): 8-12 of AVX2's 16, 16-24 of AVX-512's 32.
+    rest left for the operands so nothing spills): 8-12 of AVX2's 16, 16-24 of AVX-512's 32. Only powers of two
+    (`ROW_CHOICES`): LLVM turns the broadcast of 3 or 5 rows into scalar inserts in the loop.
 
     >>> tile_rows(2, 16), tile_rows(2, 32), tile_rows(1, 16)
     ([4], [8], [8])
@@ -316,10 +320,10 @@ def _pad_rows(k: Kernel, i: UOp, tile: int) -> bool:
         return False
     threads = _thread_split(k)
     multiple = tile * threads
-    if size < 8 * multiple:
-        return False
     padded = -(-size // multiple) * multiple
     block = padded // threads if threads > 1 else tile  # the THREAD split goes on the rows (see `_cpu`)
+    if size < block or (padded - size) * 8 > size:
+        return False
     return _try(k, Opt(OptOps.OVERLAP, ia, (multiple, block))) or _try(k, Opt(OptOps.PADTO, ia, multiple))
 
 

@@ -145,7 +145,7 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
             if not found and s.op is not Ops.RANGE and home(s) not in mine:
                 raise LinearizeError(f"{u.op} uses {s.op}, which is computed inside a loop it is not in")
 
-    def prio(item: Any) -> tuple:
+    def item_prio(item: Any) -> tuple:
         if isinstance(item, tuple):
             return (6, pos[item[1]])
         rank = _RANK.get(item.op, 6)
@@ -158,6 +158,17 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
     out: list[UOp] = []
     marker_of: dict[UOp, tuple[int, UOp]] = {}
 
+    def loop_inputs(block: list[Any], block_set: set[Any]) -> set[Any]:
+        """The items of `block` that one of its loops needs, directly or through other items of the block."""
+        need: set[Any] = set()
+        stack = [it for it in block if isinstance(it, tuple)]
+        while stack:
+            for d in deps[stack.pop()]:
+                if d in block_set and d not in need:
+                    need.add(d)
+                    stack.append(d)
+        return need
+
     def emit(level: UOp | None) -> None:
         block = items.get(level, [])
         block_set = set(block)
@@ -167,6 +178,17 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
             for d in deps[it]:
                 if d in pending:
                     users.setdefault(d, []).append(it)
+        # work no loop of the block needs (a matmul's epilogue: the old values an in-place update reads, the
+        # output's addresses) goes after the loops: held across a loop it would take registers the loop needs
+        has_loops = any(isinstance(it, tuple) for it in block)
+        need = loop_inputs(block, block_set) if has_loops else set()
+        late = {it for it in block if has_loops and not isinstance(it, tuple) and it not in need}
+        late = {it for it in late if item_prio(it)[0] == 6}
+
+        def prio(it: Any, late: set[Any] = late) -> tuple:
+            p = item_prio(it)
+            return (7, *p[1:]) if it in late else p
+
         ready = sorted([(prio(it), it) for it, n in pending.items() if n == 0], key=_first)
         done = 0
         heap = [(p, i, it) for i, (p, it) in enumerate(ready)]
