@@ -130,7 +130,8 @@ def test_heuristic_matmul_odd_shapes_match_numpy(shape):
 def test_clang_declares_vector_and_panel_widths(clang):
     ren = clang.renderer
     assert ren.vector_bytes in (16, 32, 64)
-    assert ren.gemm_panel_bytes == 2 * ren.vector_bytes
+    # a register tile four vectors wide with AVX-512's 32 registers, two with 16
+    assert ren.gemm_panel_bytes == (4 if ren.vector_registers >= 32 else 2) * ren.vector_bytes
 
 
 @pytest.mark.parametrize(
@@ -301,3 +302,19 @@ def test_clang_odd_row_counts_match_numpy(clang, m, n):
     a, b = rand(m, 256), rand(256, n, seed=1)
     got, _ = run(matmul_ast(m, 256, n), [a, b], None, device="CLANG")
     np.testing.assert_allclose(got.reshape(m, n), a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_row_blocks_follow_the_renderers_l2_cache():
+    """A block of left-operand rows takes half of the renderer's `l2_bytes`: twice the cache, twice the rows per
+    block (``TILE``); when every row fits, the column tiles loop outermost (``SWAP``, no ``TILE``)."""
+
+    def tile_of(l2: int) -> list[Opt]:
+        renderer = type("L2Renderer", (LoopRenderer,), {"l2_bytes": l2})()
+        return [
+            o
+            for o in hand_coded_optimizations(get_kernel(matmul_ast(512, 512, 64), renderer))
+            if o.op in (OptOps.TILE, OptOps.SWAP)
+        ]
+
+    assert tile_of(256 << 10)[0] == Opt(OptOps.TILE, 0, 16) and tile_of(512 << 10)[0] == Opt(OptOps.TILE, 0, 32)
+    assert [o.op for o in tile_of(4 << 20)] == [OptOps.SWAP]

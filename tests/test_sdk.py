@@ -40,6 +40,7 @@ RENDERER_ATTRIBUTES = (
     "vector_bytes",
     "vector_registers",
     "reduce_streams",
+    "l2_bytes",
     "gemm_panel_bytes",
     "row_reduce_bytes",
     "threads",

@@ -88,7 +88,6 @@ __all__ = ["USE_TC", "hand_coded_optimizations", "thread_count", "vector_width"]
 
 USE_TC = ContextVar("USE_TC", 1)  # 0: the heuristics never pick tensor cores
 
-_L2_BYTES = 512 * 1024  # a per-core L2 cache: the left operand block of a matmul uses half of it
 _MAX_TRANSPOSE_LANES = 64  # a transposed tile of a copy: 8 x 8 floats, 8 vector registers
 ROW_CHOICES = (4, 8, 16, 2)  # rows of a matmul's register tile, best first (see `tile_rows`); powers of two only
 _SMALL_WORK = 1 << 15  # output elements (times reduce size) below which a CPU kernel stays on one thread
@@ -357,7 +356,8 @@ def _cache_blocks(k: Kernel, block: tuple[UOp, UOp, int, bool], itemsize: int) -
     red = prod(s for s in (_size(r) for r in k.reduce_axes) if isinstance(s, int))
     if not isinstance(n_rows, int) or n_rows < 2:
         return
-    budget = max(1, _L2_BYTES // 2 // max(1, row_tile * red * itemsize))  # row tiles per cache block
+    l2 = k.renderer.l2_bytes if k.renderer is not None else 512 << 10  # one core's L2: the block uses half of it
+    budget = max(1, l2 // 2 // max(1, row_tile * red * itemsize))  # row tiles per cache block
     per_block = next((d for d in range(min(budget, n_rows), 0, -1) if n_rows % d == 0), 1)
     if per_block >= n_rows:  # every row fits: the column tiles loop outermost
         _try(k, Opt(OptOps.SWAP, ra, ca))

@@ -187,6 +187,7 @@ class Renderer:
     - `vector_bytes`: bytes of one vector register (CPU-style renderers; the heuristics' vector width);
       `vector_registers`: how many such registers the target has (16 with AVX2, 32 with AVX-512): the heuristics
       size a matmul's register tile of accumulators from it;
+      `l2_bytes`: one core's L2 cache (CPU-style): a matmul's block of left-operand rows is sized to half of it;
       `reduce_streams`: how many rows a long reduce that is contiguous in memory reads side by side, each its own
       memory stream (1: one row at a time); what is fastest depends on the CPU's prefetchers, not on its ISA;
       `gemm_panel_bytes`: when > 0, the right operand of a large matrix product is repacked into column panels
@@ -231,6 +232,7 @@ class Renderer:
     index_bits: int = 32
     vector_bytes: int = 32
     vector_registers: int = 16
+    l2_bytes: int = 512 << 10
     reduce_streams: int = 4
     gemm_panel_bytes: int = 0
     row_reduce_bytes: int = 0

@@ -105,6 +105,27 @@ def test_reduce_streams_follow_the_cpu_vendor(monkeypatch: pytest.MonkeyPatch) -
         assert ClangRenderer().reduce_streams == streams and ClangRenderer("znver3").reduce_streams == 1
 
 
+def test_the_l2_cache_is_read_from_sysfs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The level-2 entry of the sysfs cache folder gives the size (K or M suffix); a named target or a machine that
+    doesn't say gets 512 KiB; the renderer carries it."""
+    from tinycore_clang.renderer import DEFAULT_L2_BYTES, ClangRenderer, l2_bytes
+    from tinycore_clang.toolchain import l2_from_sysfs
+
+    for name, (level, kind, size) in {"index0": ("1", "Data", "48K"), "index2": ("2", "Unified", "2048K")}.items():
+        (tmp_path / name).mkdir()
+        for field, value in (("level", level), ("type", kind), ("size", size)):
+            (tmp_path / name / field).write_text(value + "\n")
+    assert l2_from_sysfs(str(tmp_path)) == 2 << 20
+    (tmp_path / "index2" / "size").write_text("1M\n")
+    assert l2_from_sysfs(str(tmp_path)) == 1 << 20
+    assert l2_from_sysfs(str(tmp_path / "missing")) is None
+    monkeypatch.setattr("tinycore_clang.renderer.cpu_l2_bytes", lambda: 2 << 20)
+    assert l2_bytes(None) == ClangRenderer().l2_bytes == 2 << 20
+    assert l2_bytes("skylake-avx512") == ClangRenderer("haswell").l2_bytes == DEFAULT_L2_BYTES
+    monkeypatch.setattr("tinycore_clang.renderer.cpu_l2_bytes", lambda: None)
+    assert ClangRenderer().l2_bytes == DEFAULT_L2_BYTES
+
+
 def test_the_table_gives_each_cpu_its_vector_registers() -> None:
     assert vector_shape("haswell") == (32, 16) and vector_shape("skylake-avx512") == (64, 32)
     assert vector_shape("x86-64") == vector_shape("x86-64-v2") == (16, 16)  # SSE only

@@ -117,8 +117,8 @@ def _target_cpu_report() -> str:
 
 
 def _kernel_shape_report() -> str:
-    """What the heuristics size kernels from, for the target CPU: vector registers and reduce streams."""
-    from tinycore_clang.renderer import reduce_streams, target_cpu_from_env, vector_shape
+    """What the heuristics size kernels from, for the target CPU: vector registers, reduce streams, the L2 cache."""
+    from tinycore_clang.renderer import l2_bytes, reduce_streams, target_cpu_from_env, vector_shape
 
     try:
         cpu = target_cpu_from_env()
@@ -126,7 +126,10 @@ def _kernel_shape_report() -> str:
         cpu = None
     width, count = vector_shape(cpu)
     streams = reduce_streams(cpu)
-    return f"{count} vector registers of {width} bytes; long reduces read {streams} row(s) side by side"
+    return (
+        f"{count} vector registers of {width} bytes; long reduces read {streams} row(s) side by side; "
+        f"matmul row blocks sized for a {l2_bytes(cpu) >> 10} KiB L2"
+    )
 
 
 @hookimpl

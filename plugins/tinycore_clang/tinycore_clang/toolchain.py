@@ -120,6 +120,34 @@ def cpu_vendor() -> str:
     return _proc_cpuinfo_field("vendor_id")
 
 
+@functools.cache
+def cpu_l2_bytes() -> int | None:
+    """One core's L2 cache in bytes, from ``/sys/devices/system/cpu/cpu0/cache`` (None when unknown)."""
+    return l2_from_sysfs("/sys/devices/system/cpu/cpu0/cache")
+
+
+def l2_from_sysfs(root: str) -> int | None:
+    """The size of the level-2 data or unified cache among the ``index*`` entries of the sysfs cache folder
+    `root` (``level``, ``type``, ``size`` files; sizes such as ``2048K``), or None."""
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"{root}/{entry}/level") as level, open(f"{root}/{entry}/type") as kind:
+                if level.read().strip() != "2" or kind.read().strip() not in ("Unified", "Data"):
+                    continue
+            with open(f"{root}/{entry}/size") as size:
+                text = size.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text.rstrip("KMB")
+        return int(digits) * scale if digits.isdigit() else None
+    return None
+
+
 def cpu_model() -> str:
     """The CPU model name from ``/proc/cpuinfo`` ('' when unknown)."""
     return _proc_cpuinfo_field("model name")

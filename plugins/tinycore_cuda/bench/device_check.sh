@@ -6,7 +6,7 @@
 # tensor-core blockings; the device time of each benchmark kernel; where the eager host time goes;
 # examples/char_lm.py training on CUDA; the conformance kit's static and core tiers; the op-parity suites on CUDA.
 # Every step's whole log lands in $OUT (or the folder given as $1), gathered into $OUT/device_check.md at the end;
-# ONLY="smoke bench" runs just those steps (``failing``, ``cpu_peers`` and ``cpu_streams`` run only when named).
+# ONLY="smoke bench" runs just those steps (``failing`` and the ``cpu_*`` steps run only when named).
 #
 # Before the run, on the development machine (the GPU machine reaches no package registry; see PLATFORMS.md):
 #     bash plugins/tinycore_cuda/bench/device_check.sh --fetch      # wheels for Python 3.12 into bench/wheels/
@@ -203,6 +203,12 @@ fi
 if [[ " ${ONLY:-} " == *" cpu_streams "* ]]; then  # only when asked: the CPU's reduce streams, pinned to 2 cores
 step "CPU: long reduces reading 1 or 4 rows side by side, beside torch (pinned to 2 cores)"
 logged cpu_streams 12 timeout 120 taskset -c 0,1 python3 bench/bench_reduce_streams.py --threads 2
+fi
+
+if [[ " ${ONLY:-} " == *" cpu_tiles "* ]]; then  # only when asked: CPU register-tile variants, pinned to 2 cores
+step "CPU: matmul and conv register-tile variants beside torch (pinned to 2 cores)"
+logged cpu_tiles 12 timeout 300 taskset -c 0,1 python3 bench/bench_cpu_tiles.py --threads 2 --rounds 3 \
+    --only matmul_1024,matmul_2048,conv
 fi
 
 step "done"
