@@ -33,10 +33,10 @@ depends only on what the renderer declares:
    floats; 16-24 of AVX-512's 32, 8 x 32 or 16 x 16 floats; a power of two of rows: 3-, 5- and 6-row tiles measured
    3-10x slower than 2 or 1 row on AVX2 and AVX-512),
    so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
-   and step; the row axis is split across the threads, and a block of rows whose left operand fits in half an L2
-   cache stays there while the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With
-   a packed right operand (the frontend repacks it into column panels when the renderer declares
-   ``gemm_panel_bytes``) every reduce step reads one contiguous panel row. Sizes that don't divide the tile are
+   and step; the row axis is split across the threads, and a block of rows whose left operand fits in half the
+   renderer's ``l2_bytes`` (one core's L2) stays there while the column tiles sweep over it (``TILE`` the rows,
+   ``SWAP`` the column loop inside). With a packed right operand (the frontend repacks it into column panels when
+   the renderer declares ``gemm_panel_bytes``) every reduce step reads one contiguous panel row. Sizes that don't divide the tile are
    padded to whole tiles: the rows to a multiple of the tile times the threads when that adds at most an eighth, the
    columns always. The padding overlaps the last real elements (``OVERLAP``: each thread's block of rows, or each
    column tile, that would run past the end is shifted back to end at the last element, so every access stays a
@@ -345,9 +345,10 @@ def _vector_rows(k: Kernel, i: UOp, j: UOp, vw: int) -> tuple[UOp, UOp] | None:
 
 
 def _cache_blocks(k: Kernel, block: tuple[UOp, UOp, int, bool], itemsize: int) -> None:
-    """Loop order of a register-blocked matmul: a block of rows whose left-operand rows fit in half an L2 cache
-    stays there while the column tiles sweep over it, and for each column tile the block's row tiles reuse one
-    tile-wide strip of the right operand from L1/L2 (``TILE`` the rows, ``SWAP`` the column loop between)."""
+    """Loop order of a register-blocked matmul: a block of rows whose left-operand rows fit in half the renderer's
+    ``l2_bytes`` (one core's L2 cache) stays there while the column tiles sweep over it, and for each column tile the
+    block's row tiles reuse one tile-wide strip of the right operand from L1/L2 (``TILE`` the rows, ``SWAP`` the
+    column loop between)."""
     rows, cols, row_tile, _ = block
     ra, ca = _axis_index(k.output_axes, rows), _axis_index(k.output_axes, cols)
     if ra is None or ca is None or ra > ca:

@@ -319,8 +319,8 @@ DEFAULT_L2_BYTES = 512 << 10
 def l2_bytes(arch: str | None) -> int:
     """One core's L2 cache on CPU target `arch` (None: this machine, read from sysfs), the renderer's `l2_bytes`:
     a matmul's block of left-operand rows is sized to half of it. A named `arch`, or a machine that doesn't say,
-    gets `DEFAULT_L2_BYTES` (512 KiB). Sizing for the real cache matters: with a Xeon's 2 MiB L2, blocks sized
-    for 2 MiB and 4-vector tiles ran matmul 1024 at 0.76-1.00x torch against 0.61-0.69x (2 cores).
+    gets `DEFAULT_L2_BYTES` (512 KiB). Sizing for the real cache matters: on a Xeon with 2 MiB of L2, blocks sized
+    for it with 4-vector tiles ran matmul 1024 at 0.86-1.00x torch against 0.68-0.87x (2 cores, same runs).
 
     >>> l2_bytes("haswell") == DEFAULT_L2_BYTES
     True
@@ -438,8 +438,9 @@ class ClangRenderer(Renderer):
         self.vector_bytes, self.vector_registers = vector_shape(arch)
         self.reduce_streams = reduce_streams(arch)
         self.l2_bytes = l2_bytes(arch)
-        # a matmul's register tile: 4 rows x 4 vectors with AVX-512's 32 registers (a Xeon, 2 MiB L2: matmul 1024
-        # 0.76-1.00x torch against 0.70-0.71x with 8 x 2; a Zen 4 the same within noise), 4 x 2 with 16
+        # a matmul's register tile: 4 rows x 4 vectors with AVX-512's 32 registers (a Xeon with 2 MiB L2: matmul
+        # 1024 0.86-1.00x torch against 0.68-0.87x with 8 x 2 in the same runs; a Zen 4 the same within noise),
+        # 4 x 2 with AVX2's 16
         self.gemm_panel_bytes = (4 if self.vector_registers >= 32 else 2) * self.vector_bytes
 
     # ----- public helpers -----
