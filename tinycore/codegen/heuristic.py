@@ -31,21 +31,21 @@ depends only on what the renderer declares:
    than one vector is padded to a whole overlapping one) and the other output axis by enough rows for half to three
    quarters of the renderer's ``vector_registers`` as accumulators (`tile_rows`: 8-12 of AVX2's 16, 4 x 16 or 8 x 8
    floats; 16-24 of AVX-512's 32, 8 x 32 or 16 x 16 floats; a power of two of rows: 3-, 5- and 6-row tiles measured
-   3-10x slower than 2 or 1 row on AVX2 and AVX-512),
-   so the reduction loop runs innermost over a tile of accumulators with one fused multiply-add (``MULACC``) per lane
-   and step; the row axis is split across the threads, and a block of rows whose left operand fits in half the
-   renderer's ``l2_bytes`` (one core's L2) stays there while the column tiles sweep over it (``TILE`` the rows,
-   ``SWAP`` the column loop inside). With a packed right operand (the frontend repacks it into column panels when
-   the renderer declares ``gemm_panel_bytes``) every reduce step reads one contiguous panel row. Sizes that don't divide the tile are
-   padded to whole tiles: the rows to a multiple of the tile times the threads when that adds at most an eighth, the
-   columns always. The padding overlaps the last real elements (``OVERLAP``: each thread's block of rows, or each
-   column tile, that would run past the end is shifted back to end at the last element, so every access stays a
-   plain vector at an affine address) unless the kernel reads what it stores or a packed operand's panels would be
-   straddled; then ``PADTO`` (only the stores of the extra lanes are masked; the packed operand's last panel is
-   zero-filled). A convolution (more than one reduce axis) gets the same register tile but keeps its loop order
-   (output channels outside the image rows). When the output's contiguous axis is too short for a vector (``A^T @ B``
-   with N = 10: a weight gradient), the lanes go along the other output axis if an operand is read contiguously along
-   it (the two axes swap so those lanes are innermost);
+   3-10x slower than 2 or 1 row on AVX2 and AVX-512), so the reduction loop runs innermost over a tile of
+   accumulators with one fused multiply-add (``MULACC``) per lane and step; the row axis is split across the threads,
+   and a block of rows whose left operand fits in half the renderer's ``l2_bytes`` (one core's L2) stays there while
+   the column tiles sweep over it (``TILE`` the rows, ``SWAP`` the column loop inside). With a packed right operand
+   (the frontend repacks it into column panels when the renderer declares ``gemm_panel_bytes``) every reduce step
+   reads one contiguous panel row. Sizes that don't divide the tile are padded to whole tiles: the rows to a multiple
+   of the tile times the threads when that adds at most an eighth, the columns always. The padding overlaps the last
+   real elements (``OVERLAP``: each thread's block of rows, or each column tile, that would run past the end is
+   shifted back to end at the last element, so every access stays a plain vector at an affine address) unless the
+   kernel reads what it stores or a packed operand's panels would be straddled; then ``PADTO`` (only the stores of
+   the extra lanes are masked; the packed operand's last panel is zero-filled). A convolution (more than one reduce
+   axis) gets the same register tile but keeps its loop order (output channels outside the image rows). When the
+   output's contiguous axis is too short for a vector (``A^T @ B`` with N = 10: a weight gradient), the lanes go
+   along the other output axis if an operand is read contiguously along it (the two axes swap so those lanes are
+   innermost), up to four vectors of it;
 2. other kernels: a reduction that is contiguous in memory is unrolled by four vectors into independent vector
    accumulators (folded after the loop; one vector when another operand is gathered along it), and rows of at least
    64 vectors are reduced the renderer's ``reduce_streams`` at a time (an output axis upcast: that many memory
