@@ -139,3 +139,26 @@ def test_special_values_stay_in_their_rows(gpu_rows) -> None:
         want = _softmax(data)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[3], np.full(64, 1 / 64, np.float32), rtol=1e-6)
+
+
+def test_grouplocal_is_refused_where_the_lanes_would_sum_different_values():
+    """``out[j] = sum_i a[i] * b[i, j]`` with ``j`` on a LOCAL axis: ``GROUPLOCAL`` would have the lanes of ``j``
+    share one sum over ``i``, although each lane's sum differs (a fuzzer found every output equal). It is legal only
+    where the reduced value is the same on every lane of the local axis (a softmax row's max, broadcast back)."""
+    from tinycore.codegen import Opt, get_kernel
+    from tinycore.codegen.kernel import KernelOptError
+    from tinycore.dtype import dtypes
+    from tinycore.uop.ops import Ops, UOp
+
+    def load(arg: int, size: int) -> UOp:
+        return UOp(Ops.LOAD, dtypes.float, (UOp.define_global(arg, dtypes.float, size),))
+
+    a = load(1, 2).reshape((1, 2, 1)).expand((1, 2, 2))
+    b = load(2, 4).reshape((1, 2, 2))
+    ast = UOp.sink(UOp.define_global(0, dtypes.float, 2).reshape((1, 1, 2)).store((a * b).r(Ops.ADD, (1,))))
+    k = get_kernel(ast, PythonRenderer())
+    k.apply_opt(Opt(OptOps.LOCAL, 0, 2))
+    with pytest.raises(KernelOptError, match="varies along the local axis"):
+        k.apply_opt(Opt(OptOps.GROUPLOCAL, 0, 0))
+    with pytest.raises(KernelOptError):
+        get_program(ast, PythonRenderer(), [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUPLOCAL, 0, 0)])

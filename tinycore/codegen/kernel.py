@@ -33,7 +33,8 @@ Which axis `Opt.axis` names:
   (``Kernel.axes_of(AxisType.LOCAL)``): the reduce axis is split by that local axis's size and its inner part *is*
   that local axis, so the lanes that compute a row's outputs also share its reduction (a GPU row kernel: softmax,
   layernorm). Each lane reduces its part, the parts meet through warp shuffles and shared memory like ``GROUP``'s,
-  and every lane gets the total. Several reduces may share one local axis, each in its turn;
+  and every lane gets the total, so the reduced value must not vary along the local axis (refused otherwise).
+  Several reduces may share one local axis, each in its turn;
 - ``PADTO``: an index into ``output_axes + reduce_axes``; ``arg`` is the multiple to pad the axis size up to. On a
   reduce axis the extra iterations are masked (loads gated, reduced values replaced by the reduce identity). On an
   output axis only the stores are gated: the extra lanes compute values nobody keeps, so a global load whose
@@ -485,6 +486,12 @@ class Kernel:
         size, amt = _size(rng), _size(local)
         _check(isinstance(size, int) and isinstance(amt, int), f"{opt}: symbolic sizes")
         _check(size % amt == 0, f"{opt}: reduce axis of size {size} can't split by the local axis's {amt}")
+        # the lanes share one total: legal only where every reduce over `rng` has the same value on all of them
+        varying = [u for u in self.sink.toposort() if u.op is Ops.REDUCE and rng in u.src[1:]]
+        _check(
+            not any(local in u.src[0].toposort() for u in varying),
+            f"{opt}: the reduced value varies along the local axis (its lanes compute different totals)",
+        )
         outer = UOp.range(size // amt, rng.arg[0], rng.arg[1])
         if size // amt == 1:
             self.sink = substitute_ranges(self.sink, {rng: (local, (local,))})
