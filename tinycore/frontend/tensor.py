@@ -504,8 +504,17 @@ def _view_base(u: UOp) -> UOp:
 # lazy values read before an in-place write (PyTorch's evaluation order; see `tinycore.engine.live`)
 
 
-_written_leaves: set[int] = set()  # ids of leaves of deferred chains an in-place write changed under them (an id
-# reused later only sends a chain down the general path: never wrong, and no UOp is kept alive)
+# ids of leaves of deferred chains an in-place write changed under them, each entry dropped when its leaf dies (a
+# new leaf reusing a dead one's id was taken for it: its chains went down the general path). A dict, not a WeakSet:
+# the hot path's emptiness test stays a C-level truth test
+_written_leaves: dict[int, weakref.ref] = {}
+
+
+def _note_written_leaf(leaf: UOp) -> None:
+    """Remember that an in-place write changed `leaf`'s buffer under a deferred chain, until `leaf` dies."""
+    key = id(leaf)
+    if key not in _written_leaves:
+        _written_leaves[key] = weakref.ref(leaf, lambda _, key=key: _written_leaves.pop(key, None))
 
 
 def _readers_of(
@@ -530,7 +539,7 @@ def _readers_of(
             source = holder.node if holder.node is not None else holder.source
             if type(source) is _DeferredOp or not _reads_buffers(source, targets, memo):
                 continue
-            _written_leaves.add(id(holder.leaf))
+            _note_written_leaf(holder.leaf)
             u = _build_deferred(holder)
         else:
             if holder._deferred is not None or type(holder.device) is not str:
