@@ -7,8 +7,10 @@ How nodes are placed:
   ranges) and *outside every other loop*: range-independent work is hoisted out of loops;
 - loops nest by axis id (lower ids outside); a range used together with outer ranges is nested inside them;
 - inside one block, a priority toposort: ``DEFINE_GLOBAL`` (argument order), ``DEFINE_VAR`` (by name),
-  ``DEFINE_LOCAL``, ``DEFINE_REG``, constants, launch ids, then the rest in graph order; a loop is emitted as
-  ``RANGE``, its block, ``END(last, range)``;
+  ``DEFINE_LOCAL``, ``DEFINE_REG``, constants, launch ids, then the rest in graph order, except that work no loop
+  of the block needs (a reduce's epilogue: the old values an in-place update reads, the output's addresses) comes
+  after the block's loops, so it holds no registers across them; a loop is emitted as ``RANGE``, its block,
+  ``END(last, range)``;
 - ``AFTER(buffer, *effects)`` edges order effects (register/shared-memory stores, barriers, loop ENDs); they stay
   in the program (renderers treat ``AFTER`` as its first source) so values read before and after a loop stay
   distinct nodes;
