@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
+
+from paired_timing import alternate
 
 
 def _parse() -> argparse.Namespace:
@@ -29,23 +29,6 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--vectors", default="2,4", help="comma-separated tile widths in vector registers")
     parser.add_argument("--l2", default="", help="comma-separated L2 budgets in KiB (default: the renderer's, 2048)")
     return parser.parse_args()
-
-
-def _rounds(ours: Callable[[], object], peer: Callable[[], object], rounds: int, calls: int) -> tuple[float, float]:
-    """Median seconds per call of `ours` and the median of the rounds' peer/ours ratios."""
-    ours(), peer()
-    mine, ratios = [], []
-    for _ in range(rounds):
-        times = []
-        for call in (ours, peer):
-            time.sleep(0.05)  # a library's idle workers may spin for a while after its calls
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            times.append((time.perf_counter() - start) / calls)
-        mine.append(times[0])
-        ratios.append(times[1] / times[0])
-    return statistics.median(mine), statistics.median(ratios)
 
 
 def main() -> None:
@@ -112,7 +95,7 @@ def main() -> None:
         for name, (ours, peer, check, flops, calls) in workloads.items():
             if not check(ours()):
                 raise SystemExit(f"{name} under {label!r}: wrong values")
-            seconds, ratio = _rounds(ours, peer, args.rounds, calls)
+            seconds, _, ratio = alternate(ours, peer, args.rounds, calls)
             cells.append(f"{flops / seconds / 1e9:.0f} ({ratio:.2f}x)")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
     renderer.gemm_panel_bytes, renderer.l2_bytes = base_panel, base_l2

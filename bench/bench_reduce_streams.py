@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
+
+from paired_timing import alternate
 
 N_SUM = 1 << 24
 ROWS = 4096
@@ -29,26 +28,6 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=7, help="rounds of 10 tinycore and 10 peer calls per row")
     parser.add_argument("--threads", type=int, default=None, help="THREADS for tinycore and the peer (default: all)")
     return parser.parse_args()
-
-
-def _blocks(ours: Callable[[], object], peer: Callable[[], object], rounds: int) -> tuple[float, float, float]:
-    """Median seconds per call of `ours`, of `peer`, and the median of the rounds' peer/ours ratios: each round
-    times a block of 10 calls of each after a pause (a library's worker threads may spin for a while after its
-    calls; the pause keeps them from slowing the other side's block)."""
-    ours(), peer()
-    mine, theirs, ratios = [], [], []
-    for _ in range(rounds):
-        times = []
-        for call in (ours, peer):
-            time.sleep(0.05)
-            start = time.perf_counter()
-            for _ in range(10):
-                call()
-            times.append((time.perf_counter() - start) / 10)
-        mine.append(times[0])
-        theirs.append(times[1])
-        ratios.append(times[1] / times[0])
-    return statistics.median(mine), statistics.median(theirs), statistics.median(ratios)
 
 
 def main() -> None:
@@ -97,7 +76,7 @@ def main() -> None:
             want = flat.astype(np.float64).sum() if name.startswith("sum") else rows.astype(np.float64).sum(axis=1)
             if not np.allclose(got, want, rtol=1e-4):
                 raise SystemExit(f"{name} with reduce_streams={streams}: wrong values")
-            mine, theirs, ratio = _blocks(ours, peer, args.rounds)
+            mine, theirs, ratio = alternate(ours, peer, args.rounds)
             mark = " (chosen)" if streams == chosen else ""
             gb = N_SUM * 4 / 1e9
             print(f"| {name} | {streams}{mark} | {gb / mine:.1f} | {gb / theirs:.1f} | {ratio:.2f}x |")

@@ -392,9 +392,10 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         # faster than four on an AMD Zen 4); not with exp/log in the body, whose 16 polynomial chains would no
         # longer fit the registers
         streams = k.renderer.reduce_streams if k.renderer is not None else 4
-        rows = [a for a in k.output_axes if _long_enough(_size(a), 64) and _divisor(_size(a), (streams,))]
-        if streams > 1 and rows and _long_enough(_size(red_axis), 64 * vw) and not _transcendental(k):
-            _try(k, Opt(OptOps.UPCAST, k.output_axes.index(rows[-1]), streams))
+        if streams > 1 and _long_enough(_size(red_axis), 64 * vw) and not _transcendental(k):
+            rows = [a for a in k.output_axes if _long_enough(_size(a), 64) and _divisor(_size(a), (streams,))]
+            if rows:
+                _try(k, Opt(OptOps.UPCAST, k.output_axes.index(rows[-1]), streams))
         return
     out_lanes = 1
     if out_axis is not None and vw > 1:

@@ -182,10 +182,10 @@ def _order(sink: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
                     users.setdefault(d, []).append(it)
         # work no loop of the block needs (a matmul's epilogue: the old values an in-place update reads, the
         # output's addresses) goes after the loops: held across a loop it would take registers the loop needs
-        has_loops = any(isinstance(it, tuple) for it in block)
-        need = loop_inputs(block, block_set) if has_loops else set()
-        late = {it for it in block if has_loops and not isinstance(it, tuple) and it not in need}
-        late = {it for it in late if item_prio(it)[0] == 6}
+        late: set[Any] = set()
+        if any(isinstance(it, tuple) for it in block):
+            need = loop_inputs(block, block_set)
+            late = {it for it in block if not isinstance(it, tuple) and it not in need and item_prio(it)[0] == 6}
 
         def prio(it: Any, late: set[Any] = late) -> tuple:
             p = item_prio(it)

@@ -1230,7 +1230,10 @@ class Tensor(
         if self.dtype.itemsize == 1 and self.dtype in FP8S:
             raise _fp8_refused(self.dtype, op.name.lower())
         source = self.uop
-        node = source.alu(op)
+        return self._keyed_unary(source, source.alu(op))
+
+    def _keyed_unary(self, source: UOp, node: UOp) -> Tensor:
+        """`node`, a unary op or cast of this tensor's uop `source`, as a tensor, keyed for the eager path."""
         note_unary(node, source)
         return _wrap(node, self.device, self._shape, self._requires_grad)
 
@@ -1526,9 +1529,7 @@ class Tensor(
         if dt == self.dtype:
             return self
         source = self.uop
-        node = source.cast(dt)
-        note_unary(node, source)
-        return _wrap(node, self.device, self._shape, self._requires_grad)
+        return self._keyed_unary(source, source.cast(dt))
 
     def bitcast(self, dtype: Any) -> Tensor:
         """Reinterpret the bits as `dtype` (same item size)."""

@@ -126,6 +126,18 @@ def test_the_l2_cache_is_read_from_sysfs(tmp_path, monkeypatch: pytest.MonkeyPat
     assert ClangRenderer().l2_bytes == DEFAULT_L2_BYTES
 
 
+@needs_haswell
+def test_doctor_reports_the_kernel_shape_the_renderer_derives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tinycore doctor CLANG``'s "kernel shape" line says what the renderer for the target CPU sizes kernels from."""
+    from tinycore_clang.renderer import ClangRenderer
+
+    monkeypatch.setenv(CPU_ENV, "haswell")
+    shape = plugin.tinycore_report_info(name="CLANG")["kernel shape"]
+    r = ClangRenderer("haswell")
+    assert shape.startswith(f"{r.vector_registers} vector registers of {r.vector_bytes} bytes; ")
+    assert f"read {r.reduce_streams} row(s)" in shape and f"{r.l2_bytes >> 10} KiB L2" in shape
+
+
 def test_the_table_gives_each_cpu_its_vector_registers() -> None:
     assert vector_shape("haswell") == (32, 16) and vector_shape("skylake-avx512") == (64, 32)
     assert vector_shape("x86-64") == vector_shape("x86-64-v2") == (16, 16)  # SSE only

@@ -117,18 +117,18 @@ def _target_cpu_report() -> str:
 
 
 def _kernel_shape_report() -> str:
-    """What the heuristics size kernels from, for the target CPU: vector registers, reduce streams, the L2 cache."""
-    from tinycore_clang.renderer import l2_bytes, reduce_streams, target_cpu_from_env, vector_shape
+    """What the heuristics size kernels from, as the CLANG renderer for the target CPU derives it: vector
+    registers, reduce streams, the L2 cache."""
+    from tinycore_clang.renderer import ClangRenderer, target_cpu_from_env
 
     try:
         cpu = target_cpu_from_env()
     except ValueError:
         cpu = None
-    width, count = vector_shape(cpu)
-    streams = reduce_streams(cpu)
+    r = ClangRenderer(cpu)
     return (
-        f"{count} vector registers of {width} bytes; long reduces read {streams} row(s) side by side; "
-        f"matmul row blocks sized for a {l2_bytes(cpu) >> 10} KiB L2"
+        f"{r.vector_registers} vector registers of {r.vector_bytes} bytes; long reduces read {r.reduce_streams} "
+        f"row(s) side by side; matmul row blocks sized for a {r.l2_bytes >> 10} KiB L2"
     )
 
 
