@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the wheels of core and the four plugin distributions, install them into a fresh venv, and check from there
-# that every device is discovered with its distribution and that `import tinycore` imports no plugin.
+# that every device is discovered with its distribution, that `import tinycore` imports no plugin, and that CLANG
+# runs from the wheels with no C compiler on PATH.
 # Works on a fresh Debian machine with python3 + pip (installs python3-venv with apt-get if venv/ensurepip is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,4 +88,17 @@ assert not bad, f"import tinycore imported {bad}"
 print("import tinycore imports no plugin:", len(new), "modules")
 '
 "$work/venv/bin/tinycore" doctor PYTHON
+
+echo "-- CLANG with no C compiler anywhere: PATH holds only the venv (kernels by llvmlite, the thread pool from its IR)"
+env PATH="$work/venv/bin" "$py" -W error::RuntimeWarning -c '
+import numpy as np
+from tinycore import Device, Tensor
+assert Device.DEFAULT == "CLANG", f"the default device is {Device.DEFAULT}, not CLANG"
+dev = Device["CLANG"]
+assert dev.host_compiler is None, dev.host_compiler
+a, b = Tensor.rand(300, 200).realize(), Tensor.rand(200, 100).realize()
+assert np.allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
+print("CLANG runs without a C compiler:", dev.compiler)
+'
+env PATH="$work/venv/bin" "$work/venv/bin/tinycore" doctor CLANG
 echo "wheels OK"

@@ -284,9 +284,9 @@ def _mlp_child(device: str, what: str) -> None:
             if hasattr(compiler, name):
                 getattr(compiler, name)()
         if device.split(":")[0] == "CLANG":
-            from tinycore_clang.threadpool import RUNTIME_SRC
+            from tinycore_clang.threadpool import get_pool
 
-            compiler.compile_runtime_library(RUNTIME_SRC)
+            get_pool(Device[device].pool_compiler)
         return
     print(json.dumps(mlp_first_calls(device)))
 

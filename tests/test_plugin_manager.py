@@ -239,6 +239,25 @@ def test_a_device_whose_probe_says_slow_warns_when_it_becomes_the_default(manage
         assert manager.default_device() == "GCCCPU"
 
 
+def test_a_device_passed_over_though_its_hardware_is_here_is_said_with_its_fix(manager, monkeypatch):
+    monkeypatch.delenv("DEV", raising=False)
+    cpu = ProbeResult(ok=False, reason="no compiler", hint="pip install llvmlite", hardware_present=True)
+    manager.register_plugin(FakePlugin("FASTCPU", priority=10, probe=cpu), "FASTCPU")
+    manager.register_plugin(FakePlugin("GPU", priority=90, probe=ProbeResult(ok=False, reason="no card")), "GPU")
+    manager.register_plugin(FakePlugin("OTHER", priority=5), "OTHER")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert manager.default_device() == "OTHER"
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "default device is OTHER" in text and "FASTCPU: no compiler (fix: pip install llvmlite)" in text
+    assert "GPU" not in text  # an absent GPU is nobody's mistake
+    assert "DEV=OTHER" in text
+    monkeypatch.setenv("DEV", "OTHER")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # chosen by name: nothing to say
+        assert manager.default_device() == "OTHER"
+
+
 def test_a_fast_default_device_says_nothing(manager, monkeypatch):
     monkeypatch.delenv("DEV", raising=False)
     manager.register_plugin(FakePlugin("REF", priority=0), "REF")

@@ -36,6 +36,10 @@ class ProbeResult:
     """What a cheap probe found: ``ok`` with the number of devices, or why not (`reason`) and one concrete fix
     (`hint`). `slow`: for a device that works but runs far below its speed here, why and the fix (e.g. a CPU device
     left with a C compiler that does not vectorize); core says it once when such a device becomes the default.
+    `hardware_present`: for a probe that fails, True when the hardware is here and only software is missing or
+    misconfigured (a compiler, a runtime library, an environment variable): when a lower-priority device becomes
+    the default instead, core says which device was passed over, why and the fix. Leave it False when the hardware
+    itself is absent (no GPU): that is no user's mistake and gets no warning.
 
     >>> ProbeResult(ok=False, reason="no NVIDIA driver", hint="install the NVIDIA driver").ok
     False
@@ -46,6 +50,7 @@ class ProbeResult:
     hint: str = ""
     device_count: int = 1
     slow: str = ""
+    hardware_present: bool = False
 
 
 @dataclass(frozen=True)

@@ -1130,7 +1130,8 @@ class DevicePlugins:
         if explicit:
             entry, ordinal = self.check_available(explicit)
             return format_device_name(entry.name, ordinal)
-        skipped = []
+        skipped: list[str] = []
+        passed_over: list[str] = []  # skipped devices whose hardware is here (`ProbeResult.hardware_present`)
         for name in self.device_names():
             probe = self.probe(name)
             if probe.ok:
@@ -1143,9 +1144,11 @@ class DevicePlugins:
                         RuntimeWarning,
                         stacklevel=3,
                     )
-                self._warn_if_slow_default(name, probe, skipped)
+                self._warn_if_slow_default(name, probe, skipped, passed_over)
                 return name
             skipped.append(f"{name}: {probe.reason}" + (f" (fix: {probe.hint})" if probe.hint else ""))
+            if probe.hardware_present:
+                passed_over.append(skipped[-1])
         reasons = "; ".join(skipped) or "no device plugin is registered"
         raise DeviceUnavailableError(
             f"no usable device ({reasons})",
@@ -1154,10 +1157,11 @@ class DevicePlugins:
             fix="run `tinycore doctor` to see why each device fails, then install or fix a device plugin",
         )
 
-    def _warn_if_slow_default(self, name: str, probe: ProbeResult, skipped: list[str]) -> None:
-        """Say (once per process: the default is resolved once) why the default device is a slow one: the
-        reference device (priority 0) because every faster device was skipped, or a device whose probe reports
-        `ProbeResult.slow`. Never when ``DEV`` chose it."""
+    def _warn_if_slow_default(self, name: str, probe: ProbeResult, skipped: list[str], passed_over: list[str]) -> None:
+        """Say (once per process: the default is resolved once) why the default device may not be the one meant:
+        the reference device (priority 0) because every faster device was skipped; a device chosen because a
+        higher one whose hardware is here can't run (`ProbeResult.hardware_present`, e.g. the CPU device without
+        a compiler); a device whose probe reports `ProbeResult.slow`. Never when ``DEV`` chose it."""
         entry = self._devices.get(name)
         if entry is not None and entry.priority <= 0 and skipped:
             warnings.warn(
@@ -1166,6 +1170,15 @@ class DevicePlugins:
                 RuntimeWarning,
                 stacklevel=4,
             )
+        elif passed_over:
+            warnings.warn(
+                f"tinycore: the default device is {name} because a higher-priority device can't run here: "
+                f"{'; '.join(passed_over)}. Fix that, or set DEV={name} to choose {name} and silence this.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            if probe.slow:
+                warnings.warn(f"tinycore: {name} runs slower than it could here: {probe.slow}", RuntimeWarning, 4)
         elif probe.slow:
             warnings.warn(
                 f"tinycore: the default device {name} runs slower than it could here: {probe.slow}",

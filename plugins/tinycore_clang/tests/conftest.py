@@ -31,9 +31,11 @@ def _private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def clang():
-    """A CLANG device opened directly (skips when no C compiler is installed)."""
-    if not toolchain.find_compiler().ok:
-        pytest.skip(NO_COMPILER)
+    """A CLANG device opened directly (skips when it can't run here: no LLVM and no C compiler)."""
+    from tinycore_clang.testing import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
     from tinycore_clang.device import ClangDevice
 
     return ClangDevice("CLANG")

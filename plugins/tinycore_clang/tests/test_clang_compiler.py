@@ -197,9 +197,11 @@ def _child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_no_compiler_on_path_makes_clang_unavailable_with_a_fix(tmp_path):
+def test_no_compiler_on_path_makes_the_c_backend_unavailable_with_a_fix(tmp_path):
+    """(The llvm backend needs no compiler at all: test_clang_no_compiler.py.)"""
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "DEV", "TINYCORE_PLUGINS")}
     env["PATH"] = str(tmp_path)  # an empty folder: no clang, gcc or cc
+    env["CLANG_BACKEND"] = "c"
     code = (
         "from tinycore.device import Device\n"
         "from tinycore.errors import DeviceUnavailableError\n"
@@ -209,7 +211,7 @@ def test_no_compiler_on_path_makes_clang_unavailable_with_a_fix(tmp_path):
     )
     proc = _child(code, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "UNAVAILABLE| no C compiler found" in proc.stdout
+    assert "UNAVAILABLE| no C compiler found" in proc.stdout and "CLANG_BACKEND=c compiles kernels" in proc.stdout
     assert "apt-get install clang" in proc.stdout and "CC=" in proc.stdout
     assert "DEFAULT CLANG" not in proc.stdout
 

@@ -22,11 +22,11 @@ from tinycore.uop.ops import AxisType, Ops, UOp
 
 @pytest.fixture(scope="module")
 def registry():
-    """Core's device registry (skips when no C compiler is installed)."""
-    from tinycore_clang import toolchain
+    """Core's device registry (skips when CLANG can't run here)."""
+    from tinycore_clang.testing import unavailable_reason
 
-    if not toolchain.find_compiler().ok:
-        pytest.skip("no C compiler (clang, gcc or cc) on PATH")
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
     from tinycore.device import Device
 
     return Device

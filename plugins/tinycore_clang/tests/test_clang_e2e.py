@@ -18,11 +18,11 @@ RNG = np.random.default_rng(7)
 
 @pytest.fixture(scope="module")
 def device():
-    """The CLANG device from core's registry (skips without a C compiler)."""
-    from tinycore_clang import toolchain
+    """The CLANG device from core's registry (skips when CLANG can't run here)."""
+    from tinycore_clang.testing import unavailable_reason
 
-    if not toolchain.find_compiler().ok:
-        pytest.skip("no C compiler (clang, gcc or cc) on PATH")
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
     from tinycore.device import Device
 
     return Device["CLANG"]

@@ -220,9 +220,9 @@ def test_pool_survives_fork(clang):
 
 @pytest.mark.parametrize("threads", ["2", "3"])
 def test_threads_env_sets_the_device_thread_count(threads):
-    from tinycore_clang import toolchain
+    from tinycore_clang.testing import unavailable_reason
 
-    if not toolchain.find_compiler().ok:
-        pytest.skip("no C compiler (clang, gcc or cc) on PATH")
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
     proc = _child("from tinycore_clang.device import ClangDevice; print(ClangDevice().threads)", THREADS=threads)
     assert proc.stdout.strip() == threads, proc.stderr

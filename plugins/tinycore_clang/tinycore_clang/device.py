@@ -16,7 +16,9 @@ error naming the fix, never a silent switch). ``tinycore plugins -v`` and ``tiny
 backend and which LLVM are in use and why.
 
 Both produce the same kernel ABI, so the allocator, programs, thread pool and graph runner are shared. The thread
-pool library (compiled once per machine and cached) is always built by the C compiler: `host_compiler`.
+pool library (compiled once per machine and cached) is built by `pool_compiler`: with the llvm backend on x86-64
+Linux, the llvm compiler from the pool's shipped IR (`tinycore_clang.pool_ir`), so **no C compiler is needed at
+all**; elsewhere the C compiler (`host_compiler`).
 
 ``CLANG_CPU`` (`tinycore_clang.renderer.CPU_ENV`) builds every kernel for another x86-64 CPU than this one (an
 LLVM/``-march`` name: ``haswell``, ``znver3``, ``x86-64-v3``...): the optimizer's heuristics use that CPU's vector
@@ -81,6 +83,21 @@ def backend_from_env(env: dict[str, str] | None = None) -> str:
     return value
 
 
+def pool_ir_problem(backend: str | None = None) -> str | None:
+    """None when the thread pool can be built from its shipped LLVM IR here (`tinycore_clang.pool_ir`: the llvm
+    `backend` (None: ``CLANG_BACKEND``'s), x86-64 Linux with glibc, an LLVM that reads the IR), so no C compiler is
+    needed; else why not. Looks at files only."""
+    from tinycore_clang import pool_ir
+
+    if (backend or backend_from_env()) != "llvm":
+        problem = llvm_available()
+        if problem is None:
+            return f"{BACKEND_ENV}=c compiles kernels with a C compiler"
+        return f"no LLVM for the llvm backend, which needs none: {problem}"
+    library = find_library()
+    return pool_ir.usable_here(library.source, library.version)
+
+
 def target_cpu_problem(backend: str) -> str | None:
     """Why ``CLANG_CPU`` can't work with `backend` here (an unknown CPU, one this machine can't run, or a system
     libLLVM too old to know the CPU names), else None; loads nothing."""
@@ -102,22 +119,15 @@ class ClangDevice(Compiled):
     `threads` (``THREADS`` or the CPU count) is how many native threads a ``core_id`` kernel runs on; change it on
     the object to affect later launches. `compiler_choice` records which C compiler was picked and why; `backend`
     (argument, else ``CLANG_BACKEND``) is ``"c"`` or ``"llvm"`` (see the module docstring); `host_compiler` is the C
-    compiler that builds the thread pool library; `target_cpu` is the CPU kernels are built for (``CLANG_CPU``;
-    None: this machine's).
+    compiler (None when there is none: the llvm backend needs none); `pool_compiler` builds the thread pool library
+    (`tinycore_clang.threadpool.get_pool`); `target_cpu` is the CPU kernels are built for (``CLANG_CPU``; None: this
+    machine's).
     """
 
     def __init__(self, device: str = FAMILY, backend: str | None = None):
         if device.upper().partition(":")[0] != FAMILY:
             raise ValueError(f"ClangDevice is for {FAMILY} or {FAMILY}:n, not {device!r}")
         self.compiler_choice = toolchain.find_compiler()
-        if not self.compiler_choice.ok:
-            raise DeviceUnavailableError(
-                self.compiler_choice.reason,
-                fix=toolchain.INSTALL_HINT,
-                device=device.upper(),
-                distribution=DISTRIBUTION,
-                version=__version__,
-            )
         self.threads = toolchain.default_thread_count()
         try:
             self.backend = backend_from_env({BACKEND_ENV: backend} if backend is not None else None)
@@ -126,6 +136,12 @@ class ClangDevice(Compiled):
                 str(error), fix=f"set {BACKEND_ENV} to c, llvm or auto", device=device.upper(),
                 distribution=DISTRIBUTION, version=__version__,
             ) from None  # fmt: skip
+        ir_problem = pool_ir_problem(self.backend)
+        if not self.compiler_choice.ok and ir_problem is not None:
+            raise DeviceUnavailableError(
+                f"{self.compiler_choice.reason}; {ir_problem}", fix=toolchain.INSTALL_HINT, device=device.upper(),
+                distribution=DISTRIBUTION, version=__version__,
+            )  # fmt: skip
         try:
             self.target_cpu = target_cpu_from_env()
         except ValueError as error:
@@ -133,7 +149,7 @@ class ClangDevice(Compiled):
                 str(error), fix=f"unset {CPU_ENV}, or name a CPU whose instructions this machine has",
                 device=device.upper(), distribution=DISTRIBUTION, version=__version__,
             ) from None  # fmt: skip
-        self.host_compiler = ClangCompiler(cc=self.compiler_choice.path)
+        self.host_compiler = ClangCompiler(cc=self.compiler_choice.path) if self.compiler_choice.ok else None
         renderer: ClangRenderer
         compiler: ClangCompiler | LLVMCompiler
         if self.backend == "llvm":
@@ -147,12 +163,15 @@ class ClangDevice(Compiled):
             from tinycore_clang.llvm_renderer import LLVMRenderer
 
             renderer = LLVMRenderer(arch=self.target_cpu, threads=self.threads)
+            self.pool_compiler = compiler if ir_problem is None else self.host_compiler
         else:
+            assert self.host_compiler is not None  # (checked above: the c backend needs a compiler)
             renderer = ClangRenderer(arch=self.target_cpu, threads=self.threads)
             if self.target_cpu is None:
                 compiler = self.host_compiler
             else:  # (the thread pool library stays -march=native: `host_compiler`)
                 compiler = ClangCompiler(cc=self.compiler_choice.path, arch=self.target_cpu)
+            self.pool_compiler = self.host_compiler
         super().__init__(
             device,
             ClangAllocator(),

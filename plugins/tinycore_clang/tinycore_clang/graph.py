@@ -101,7 +101,7 @@ class ClangGraph(GraphRunner):
                 entry.ntasks = int(self.launch_dims[index][0][0])
             else:
                 entry.ntasks = 1
-        self._fn = get_pool(self.device_obj.host_compiler).run_graph
+        self._fn = get_pool(self.device_obj.pool_compiler).run_graph
         self._first = True
         self._launch: Any = None
         self._launch_threads = -1

@@ -2,7 +2,7 @@
 
 Light by contract: importing it imports only ``tinycore.sdk`` and the stdlib-only `tinycore_clang.toolchain`.
 The device, renderer, compiler and runtime modules are imported when a device is opened or a compile target is
-requested. The probe only looks at ``CC`` and ``PATH``.
+requested. The probe only looks at files and the environment (``CC``, ``PATH``, where LLVM is).
 
 CLANG devices are virtual: ``CLANG:0`` .. ``CLANG:7`` are independent devices with their own memory (all on the
 host CPU), which is what multi-device code and its tests need on one machine.
@@ -58,6 +58,11 @@ def tinycore_register_devices(registry: Any) -> None:
     )
 
 
+def _unavailable(reason: str, hint: str) -> ProbeResult:
+    """A failed probe: the CPU is always here, so every failure is software the user can fix."""
+    return ProbeResult(ok=False, reason=reason, hint=hint, device_count=0, hardware_present=True)
+
+
 def _llvm_backend_problem() -> ProbeResult | None:
     """Why the backend ``CLANG_BACKEND`` asks for can't work here (an unknown name; ``llvm`` forced without libLLVM,
     or without a linker where objects can't load in-process), or the CPU ``CLANG_CPU`` names can't (unknown, not
@@ -68,19 +73,17 @@ def _llvm_backend_problem() -> ProbeResult | None:
     try:
         backend = backend_from_env()
     except ValueError as error:
-        return ProbeResult(ok=False, reason=str(error), hint=f"unset {BACKEND_ENV}")
+        return _unavailable(str(error), f"unset {BACKEND_ENV}")
     cpu_problem = target_cpu_problem(backend)
     if cpu_problem is not None:
-        return ProbeResult(
-            ok=False, reason=cpu_problem, hint=f"unset {CPU_ENV}, or name a CPU whose instructions this machine has"
-        )
+        return _unavailable(cpu_problem, f"unset {CPU_ENV}, or name a CPU whose instructions this machine has")
     problem = llvm_available() if backend == "llvm" else None
     if problem is None:
         return None
     from tinycore_clang import libllvm
 
     hint = libllvm.INSTALL_HINT if "linker" not in problem else toolchain.LINKER_HINT
-    return ProbeResult(ok=False, reason=f"{BACKEND_ENV}=llvm: {problem}", hint=hint)
+    return _unavailable(f"{BACKEND_ENV}=llvm: {problem}", hint)
 
 
 def _backend_report() -> str:
@@ -98,6 +101,18 @@ def _backend_report() -> str:
     else:
         why = f"no llvm backend: {llvm_available()}"
     return f"{backend} (auto: {why}; {BACKEND_ENV}=c or llvm forces one)"
+
+
+def _pool_report(choice: toolchain.CompilerChoice) -> str:
+    """Who builds the thread pool library: the llvm backend from its shipped IR, or the C compiler."""
+    from tinycore_clang.device import pool_ir_problem
+
+    why = pool_ir_problem()
+    if why is None:
+        return "built by the llvm backend from its shipped LLVM IR (no C compiler needed)"
+    if choice.ok:
+        return f"built by {choice.path} ({why})"
+    return f"can't be built: {choice.reason} ({why})"
 
 
 def _target_cpu_report() -> str:
@@ -134,20 +149,29 @@ def _kernel_shape_report() -> str:
 
 @hookimpl
 def tinycore_probe_device(name: str) -> ProbeResult | None:
-    """Usable when a C compiler is found (``CC``, else clang, gcc, cc on ``PATH``), and with ``CLANG_BACKEND=llvm``
-    also libLLVM (and a linker where objects can't load in-process), and ``CLANG_CPU`` is unset or a CPU this
-    machine can run; never raises."""
+    """Usable when kernels and the thread pool can be built: with the llvm backend (the default where llvmlite or a
+    libLLVM is found) no C compiler is needed on x86-64 Linux (the pool ships as LLVM IR), elsewhere and with
+    ``CLANG_BACKEND=c`` a C compiler (``CC``, else clang, gcc, cc on ``PATH``); ``CLANG_CPU`` must be unset or a CPU
+    this machine can run. Every failure is marked `ProbeResult.hardware_present` (the CPU is always here); never
+    raises."""
     if not _is_clang(name):
         return None
     try:
+        problem = _llvm_backend_problem()
+        if problem is not None:
+            return problem
         choice = toolchain.find_compiler()
         if not choice.ok:
-            return ProbeResult(ok=False, reason=choice.reason, hint=toolchain.INSTALL_HINT, device_count=0)
-        problem = _llvm_backend_problem()
+            from tinycore_clang.device import llvm_available, pool_ir_problem
+
+            why = pool_ir_problem()
+            if why is not None:
+                hint = toolchain.INSTALL_HINT
+                if llvm_available() is not None:
+                    hint = f"pip install llvmlite (then no C compiler is needed), or {hint}"
+                return _unavailable(f"{choice.reason}; {why}", hint)
     except Exception as error:  # a probe must never raise
-        return ProbeResult(ok=False, reason=f"compiler lookup failed: {error}", hint=toolchain.INSTALL_HINT)
-    if problem is not None:
-        return problem
+        return _unavailable(f"compiler lookup failed: {error}", toolchain.INSTALL_HINT)
     return ProbeResult(ok=True, device_count=VIRTUAL_DEVICE_COUNT, slow=_slow_backend(choice))
 
 
@@ -221,7 +245,12 @@ def tinycore_report_info(name: str) -> dict[str, str] | None:
     info = {DISTRIBUTION: __version__}
     try:
         choice = toolchain.find_compiler()
-        info["compiler"] = f"{choice.path} (from {choice.source})" if choice.ok else f"none: {choice.reason}"
+        info["compiler"] = (
+            f"{choice.path} (from {choice.source})"
+            if choice.ok
+            else f"none: {choice.reason}; only C kernels need one (CLANG_BACKEND=c, CUSTOM code)"
+        )
+        info["thread pool"] = _pool_report(choice)
         if choice.ok and choice.path:
             info["compiler version"] = toolchain.compiler_version(choice.path) or "unknown"
         info["cpu"] = toolchain.cpu_model() or "unknown"

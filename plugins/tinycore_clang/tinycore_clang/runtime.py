@@ -263,7 +263,7 @@ class ClangProgram:
     def _get_pool(self) -> Any:
         from tinycore_clang.threadpool import get_pool
 
-        self._pool = get_pool(self.device.host_compiler)
+        self._pool = get_pool(self.device.pool_compiler)
         return self._pool
 
     def __repr__(self) -> str:

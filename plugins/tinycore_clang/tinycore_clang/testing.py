@@ -16,6 +16,15 @@ import numpy as np
 from tinycore.sdk import AxisType, DType, Ops, UOp, dtypes
 
 
+def unavailable_reason() -> str | None:
+    """Why the CLANG device can't run here (its probe's reason: no LLVM and no C compiler, a bad ``CLANG_CPU``...),
+    or None when it can; what tests skip on."""
+    from tinycore_clang import plugin
+
+    probe = plugin.tinycore_probe_device(name="CLANG")
+    return None if probe.ok else f"CLANG is unavailable: {probe.reason}"
+
+
 def np_dtype(dtype: DType) -> np.dtype:
     """The numpy storage dtype of a tinycore dtype (bfloat16 is its raw uint16 bits)."""
     if dtype.scalar() == dtypes.bfloat16:

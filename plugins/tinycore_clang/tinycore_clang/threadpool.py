@@ -1,8 +1,9 @@
 """The CLANG device's native runtime library: a persistent pthread pool that runs ``core_id`` kernels and batches
 of kernels in **one** foreign call (no Python threads anywhere).
 
-The library is C source (`RUNTIME_SRC`), compiled once per machine with the device's compiler and cached on disk
-like any kernel, then loaded once per process (`get_pool`). Its ABI (version `RUNTIME_ABI`):
+The library is C source (`RUNTIME_SRC`), compiled once per machine and cached on disk like any kernel, then loaded
+once per process (`get_pool`): by the llvm backend from LLVM IR that clang made of the same source and that ships
+with the plugin (`tinycore_clang.pool_ir`: no C compiler needed), or by the C compiler. Its ABI (version `RUNTIME_ABI`):
 
 .. code-block:: c
 
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tinycore_clang.compiler import ClangCompiler
+    from tinycore_clang.llvm_compiler import LLVMCompiler
 
 RUNTIME_ABI = 2
 
@@ -42,6 +44,15 @@ RUNTIME_SRC = r"""
 // tinycore-clang runtime library (thread pool), ABI 2
 #include <pthread.h>
 #include <sched.h>
+
+#ifdef TC_LSB_ATFORK
+/* The shipped IR (`tinycore_clang.pool_ir`) is loaded without a linker, and glibc's pthread_atfork is a stub in
+   libc_nonshared.a that only a link provides; it calls this exported LSB entry point, which the process has. */
+extern int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void* dso);
+#define tc_atfork(child) __register_atfork(0, 0, child, 0)
+#else
+#define tc_atfork(child) pthread_atfork(0, 0, child)
+#endif
 
 typedef void (*tc_entry)(void* const* bufs, const long long* vals, int core_id);
 typedef struct { tc_entry fn; void* const* bufs; const long long* vals; int ntasks; int flags; } tc_item;
@@ -155,7 +166,7 @@ static int tc_fork_handler_installed = 0;
 
 static int tc_ensure_workers(int wanted) {
   if (!tc_fork_handler_installed) {
-    pthread_atfork(0, 0, tc_after_fork_child);
+    tc_atfork(tc_after_fork_child);
     tc_fork_handler_installed = 1;
   }
   while (tc_nworkers < wanted) {
@@ -252,25 +263,28 @@ class TcItem(ctypes.Structure):
 
 class ThreadPool:
     """The loaded runtime library: `run` (one kernel over ``ntasks`` core ids) and `run_batch` (a list of
-    `TcItem`), each one foreign call. Build it with `get_pool`."""
+    `TcItem`), each one foreign call. Build it with `get_pool`.
 
-    def __init__(self, dll: ctypes.CDLL):
-        self.dll = dll
-        if dll.tc_abi_version() != RUNTIME_ABI:
-            raise RuntimeError(f"tinycore-clang runtime library has ABI {dll.tc_abi_version()}, need {RUNTIME_ABI}")
-        self.run = dll.tc_run
-        self.run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self.run.restype = None
-        self.run_batch = dll.tc_run_batch
-        self.run_batch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self.run_batch.restype = None
-        self.run_graph = dll.tc_run_graph
-        self.run_graph.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self.run_graph.restype = None
-        self.workers = dll.tc_workers
-        self.workers.restype = ctypes.c_int
-        self.set_spin = dll.tc_set_spin
-        self.set_spin.argtypes = [ctypes.c_int]
+    `image` is the loaded library: a ``dlopen``ed shared object or an in-process object file (anything with
+    ``address(name)``, see `tinycore_clang.runtime.load_kernels`)."""
+
+    def __init__(self, image: Any):
+        self.image = image
+        abi = self._function("tc_abi_version", ctypes.c_int)()
+        if abi != RUNTIME_ABI:
+            raise RuntimeError(f"tinycore-clang runtime library has ABI {abi}, need {RUNTIME_ABI}")
+        pointer, cint = ctypes.c_void_p, ctypes.c_int
+        self.run = self._function("tc_run", None, pointer, pointer, pointer, cint, cint)
+        self.run_batch = self._function("tc_run_batch", None, pointer, cint, cint)
+        self.run_graph = self._function("tc_run_graph", None, pointer, cint, cint)
+        self.workers = self._function("tc_workers", cint)
+        self.set_spin = self._function("tc_set_spin", None, cint)
+
+    def _function(self, name: str, restype: Any, *argtypes: Any) -> Any:
+        address = self.image.address(name)
+        if address is None:
+            raise RuntimeError(f"tinycore-clang runtime library has no {name!r}: rebuild it (clear the disk cache)")
+        return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
 
 class KernelBatch:
@@ -342,14 +356,23 @@ _POOL: ThreadPool | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def get_pool(compiler: ClangCompiler) -> ThreadPool:
-    """The process's thread pool library, compiled with `compiler` (through its disk cache) on first use."""
+def get_pool(builder: ClangCompiler | LLVMCompiler) -> ThreadPool:
+    """The process's thread pool library, built on first use (through the compiler's disk cache) by `builder`: a C
+    compiler compiles `RUNTIME_SRC`; the llvm backend's compiler compiles the shipped IR of it
+    (`tinycore_clang.pool_ir`), so a machine without any C compiler has the pool too."""
     global _POOL
     if _POOL is not None:
         return _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            from tinycore_clang.runtime import load_library
+            from tinycore_clang.compiler import ClangCompiler
+            from tinycore_clang.runtime import SharedLibrary, load_kernels, load_library
 
-            _POOL = ThreadPool(load_library(compiler.compile_runtime_library(RUNTIME_SRC)))
+            if isinstance(builder, ClangCompiler):
+                lib = builder.compile_runtime_library(RUNTIME_SRC)
+                _POOL = ThreadPool(SharedLibrary(load_library(lib), lib))
+            else:
+                from tinycore_clang.pool_ir import shipped_ir
+
+                _POOL = ThreadPool(load_kernels(builder.compile_cached(shipped_ir())))
     return _POOL
