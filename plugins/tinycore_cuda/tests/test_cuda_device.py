@@ -227,20 +227,24 @@ def test_probe_without_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "tinycore[cuda]" in result.hint
 
 
-def test_probe_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gpu_in_machine", [False, True])
+def test_probe_without_a_driver(monkeypatch: pytest.MonkeyPatch, gpu_in_machine: bool) -> None:
     class NoLibcuda(FakeDriver):
         def cuInit(self, flags):
             raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search.')
 
     _bindings(monkeypatch, NoLibcuda())
+    monkeypatch.setattr(plugin, "nvidia_gpu_nodes", lambda: gpu_in_machine)
     result = plugin.probe()
     assert not result.ok and result.reason.startswith("no NVIDIA driver") and "driver" in result.hint
+    assert result.hardware_present == gpu_in_machine  # a GPU without its driver: core says why CUDA was passed over
 
 
 def test_probe_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     _bindings(monkeypatch, FakeDriver(gpus=0))
     result = plugin.probe()
     assert not result.ok and result.reason.startswith("no GPU") and result.device_count == 0
+    assert not result.hardware_present  # nobody's mistake: no warning when another device is the default
 
 
 def test_probe_with_a_driver_older_than_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,6 +252,7 @@ def test_probe_with_a_driver_older_than_nvrtc(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(plugin, "nvrtc_major", lambda: 13)
     result = plugin.probe()
     assert not result.ok and "driver too old" in result.reason and "12.4" in result.reason and "13" in result.reason
+    assert result.hardware_present
 
 
 def test_probe_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

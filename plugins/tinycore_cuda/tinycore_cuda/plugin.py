@@ -6,6 +6,8 @@ the first compile. ``tinycore_compile_target`` needs no GPU: ``arch=None`` is `D
 
 from __future__ import annotations
 
+import glob
+import os
 from typing import TYPE_CHECKING, Any
 
 from tinycore.sdk import ALL_SCALARS, DeviceCapabilities, ProbeResult, hookimpl
@@ -39,20 +41,36 @@ def nvrtc_major() -> int | None:
         return None
 
 
+def nvidia_gpu_nodes() -> bool:
+    """True when the kernel driver shows an NVIDIA GPU (``/dev/nvidia0`` or ``/proc/driver/nvidia/gpus/*``): the
+    hardware is here even when the user-space driver or the bindings are missing. Files only."""
+    return os.path.exists("/dev/nvidia0") or bool(glob.glob("/proc/driver/nvidia/gpus/*"))
+
+
 def probe() -> ProbeResult:
-    """Tell apart: cuda-bindings missing, no NVIDIA driver (no libcuda), no GPU, a driver older than NVRTC."""
+    """Tell apart: cuda-bindings missing, no NVIDIA driver (no libcuda), no GPU, a driver older than NVRTC. A failure
+    with a GPU in the machine is marked `ProbeResult.hardware_present` (core then says why CUDA was passed over)."""
     try:
         from cuda.bindings import driver
     except ImportError as error:
-        return ProbeResult(ok=False, device_count=0, reason=f"cuda-bindings is not installed ({error})", hint=INSTALL)
+        return ProbeResult(
+            ok=False, device_count=0, reason=f"cuda-bindings is not installed ({error})", hint=INSTALL,
+            hardware_present=nvidia_gpu_nodes(),
+        )  # fmt: skip
     try:
         (err,) = driver.cuInit(0)
     except RuntimeError as error:  # cuda.pathfinder's DynamicLibNotFoundError: there is no libcuda
-        return ProbeResult(ok=False, device_count=0, reason=f"no NVIDIA driver: {error}", hint=DRIVER_HINT)
+        return ProbeResult(
+            ok=False, device_count=0, reason=f"no NVIDIA driver: {error}", hint=DRIVER_HINT,
+            hardware_present=nvidia_gpu_nodes(),
+        )  # fmt: skip
     if err == NO_DEVICE:
         return ProbeResult(ok=False, device_count=0, reason="no GPU: the NVIDIA driver sees none", hint=DRIVER_HINT)
     if err != 0:
-        return ProbeResult(ok=False, device_count=0, reason=f"cuInit failed with CUresult {int(err)}", hint=DRIVER_HINT)
+        return ProbeResult(
+            ok=False, device_count=0, reason=f"cuInit failed with CUresult {int(err)}", hint=DRIVER_HINT,
+            hardware_present=True,
+        )  # fmt: skip
     _, version = driver.cuDriverGetVersion()
     major = nvrtc_major()
     if major is not None and version // 1000 < major:
@@ -63,6 +81,7 @@ def probe() -> ProbeResult:
             f"NVRTC is CUDA {major}",
             hint=f"update the NVIDIA driver to one for CUDA {major} or newer (https://www.nvidia.com/drivers); "
             f"tinycore-cuda builds with NVRTC {major}",
+            hardware_present=True,
         )
     _, count = driver.cuDeviceGetCount()
     if count == 0:
