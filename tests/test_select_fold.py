@@ -64,6 +64,56 @@ def test_embedding_forward_and_backward_match_torch() -> None:
     np.testing.assert_allclose(emb.weight.grad.numpy(), w.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", ["PYTHON", "CLANG"])
+def test_an_embedding_reads_its_rows_and_copies_no_table(device: str) -> None:
+    """`nn.Embedding` is a one-hot matrix product: code generation folds it into one load per output, and the
+    scheduler does not pack (copy) the table for a product whose left side is a one-hot."""
+    rng = np.random.default_rng(4)
+    emb = nn.Embedding(1000, 16, device=device)
+    weight = emb.weight.numpy()
+    tokens = rng.integers(0, 1000, (2, 5)).astype(np.int64)
+    tokens[0, :3] = 7  # duplicates
+    out = emb(Tensor(tokens, device=device))
+    kernels = _kernels(out, device)
+    assert len(kernels) == 1  # the lookup alone: no panel copy of the 1000 x 16 table
+    assert not any(u.op is Ops.REDUCE for u in kernels[0].sink.toposort())  # no sum over the 1000 rows
+    np.testing.assert_array_equal(emb(Tensor(tokens, device=device)).numpy(), weight[tokens])
+
+
+def test_a_one_hot_product_picks_torchs_value_beside_non_finite_rows() -> None:
+    """The product ``onehot @ table`` summed ``0 * inf`` (NaN) for every row it did not pick; the fold reads the
+    picked row only, as torch's embedding does."""
+    emb = nn.Embedding(4, 3)
+    table = np.array([[1, 2, 3], [np.inf, 0, 0], [np.nan, 1, 1], [-0.0, 5, 6]], dtype=np.float32)
+    emb.weight = Tensor(table)
+    tokens = np.array([0, 3, 2, 1], dtype=np.int32)
+    got = emb(Tensor(tokens)).numpy()
+    want = torch.nn.functional.embedding(torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(table)).numpy()
+    assert got.tobytes() == want.tobytes()
+
+
+def _one_hot_sum(size: int, cast_to, product: bool):
+    from tinycore.codegen.select_fold import fold_one_hot_selects
+    from tinycore.dtype import dtypes
+    from tinycore.uop.ops import AxisType, UOp
+
+    out, src = UOp.define_global(0, dtypes.float, 4), UOp.define_global(1, dtypes.float, size)
+    ind = UOp.define_global(2, cast_to, 4)
+    i, r = UOp.range(4, 0, AxisType.LOOP), UOp.range(size, 1, AxisType.REDUCE)
+    hot = ind.index(i).load().eq(r.cast(dtypes.int).cast(cast_to))
+    picked = hot.cast(dtypes.float) * src.index(r).load() if product else hot.where(src.index(r).load(), 0.0)
+    sink = UOp.sink(out.index(i).store(UOp(Ops.REDUCE, dtypes.float, (picked, r), Ops.ADD)))
+    return [u.op for u in fold_one_hot_selects(sink).toposort()]
+
+
+@pytest.mark.parametrize("product", [False, True])
+def test_the_fold_takes_casts_that_keep_every_index_distinct(product: bool) -> None:
+    from tinycore.dtype import dtypes
+
+    assert Ops.REDUCE not in _one_hot_sum(1000, dtypes.long, product)  # int -> long keeps 0..999 apart: one load
+    assert Ops.REDUCE in _one_hot_sum(1000, dtypes.int8, product)  # int8 wraps 0..999: not one-hot, left alone
+
+
 def test_a_gathers_address_lanes_are_never_upcast() -> None:
     m = Tensor(np.zeros((64, 32), dtype=np.float32))
     idx = Tensor(np.arange(16, dtype=np.int32))

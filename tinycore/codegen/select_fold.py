@@ -35,9 +35,13 @@ __all__ = ["fold_one_hot_selects"]
 
 
 def _range_side(cmp: UOp, rng: UOp) -> UOp | None:
-    """The other side of ``CMPEQ(e, r)`` (either order; ``r`` possibly cast to an integer dtype), else None."""
+    """The other side of ``CMPEQ(e, r)`` (either order; ``r`` possibly cast through integer dtypes that hold all of
+    its values, so each value stays distinct), else None."""
+    size = rng.src[0].arg if rng.src[0].op is Ops.CONST else None
     for mine, other in ((cmp.src[1], cmp.src[0]), (cmp.src[0], cmp.src[1])):
-        bare = mine.src[0] if mine.op is Ops.CAST and dtypes.is_int(mine.dtype) else mine
+        bare = mine
+        while bare.op is Ops.CAST and dtypes.is_int(bare.dtype) and size is not None and dtypes.max(bare.dtype) >= size:
+            bare = bare.src[0]
         if bare is rng and rng not in other.toposort():
             return other
     return None
@@ -47,18 +51,31 @@ def _is_zero(u: UOp) -> bool:
     return u.op is Ops.CONST and u.arg == 0
 
 
+def _selection(value: UOp) -> tuple[UOp, UOp] | None:
+    """(the ``CMPEQ``, the picked value) of a one-hot selection: ``where(e == r, t, 0)``, or the product form
+    ``cast(e == r) * t`` (either order) that a one-hot matrix product lowers to; else None."""
+    if value.op is Ops.WHERE and value.src[0].op is Ops.CMPEQ and _is_zero(value.src[2]):
+        return value.src[0], value.src[1]
+    if value.op is Ops.MUL:
+        for hot, picked in ((value.src[0], value.src[1]), (value.src[1], value.src[0])):
+            if hot.op is Ops.CAST and hot.src[0].op is Ops.CMPEQ:
+                return hot.src[0], picked
+    return None
+
+
 def _folded(red: UOp) -> UOp | None:
     """`red` (a REDUCE) as one indexed load when it sums a one-hot selection over a single range, else None."""
     if red.arg is not Ops.ADD or len(red.src) != 2:
         return None
     value, rng = red.src
-    if value.op is not Ops.WHERE or value.src[0].op is not Ops.CMPEQ or not _is_zero(value.src[2]):
+    selection = _selection(value)
+    if selection is None:
         return None
-    index = _range_side(value.src[0], rng)
+    cmp, picked = selection
+    index = _range_side(cmp, rng)
     size = rng.src[0]
     if index is None or not dtypes.is_int(index.dtype) or size.op is not Ops.CONST:
         return None
-    picked = value.src[1]
     valid = (index < 0).logical_not() & (index < size.arg)
     clamped = index.maximum(0).minimum(size.arg - 1).cast(dtypes.index)
     got = picked.substitute({rng: clamped})

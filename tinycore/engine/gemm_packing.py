@@ -182,9 +182,17 @@ def _product(reduce: UOp) -> tuple[UOp, Any] | None:
     if tuple(reduce.arg[1]) != (len(mul.shape) - 1,):
         return None
     rows = _rows(mul.src[0], mul.shape[-1])
-    if rows is None or _right_operand(mul.src[1]) is None:
+    if rows is None or _right_operand(mul.src[1]) is None or _is_comparison(mul.src[0]):
         return None
     return mul.src[1], rows
+
+
+def _is_comparison(side: UOp) -> bool:
+    """True when the left side of a product is a cast comparison, such as the one-hot matrix of an embedding:
+    code generation turns such a product into one load per output (`tinycore.codegen.select_fold`), so packing
+    its right operand would copy a whole table to read a few rows of it."""
+    node = _strip(side, (Ops.EXPAND, Ops.CAST, Ops.RESHAPE))
+    return node.op is Ops.CMPEQ
 
 
 def find_products(sink: UOp) -> dict[UOp, Any]:
