@@ -11,6 +11,10 @@ is that element, or 0 when ``e`` is outside ``[0, n)``::
 
     out = (0 <= e < n) ? t(clamp(e, 0, n - 1)) : 0
 
+A one-hot matrix product (`tinycore.nn.Embedding`: ``cast(e == r) * t(r)`` summed) folds the same way; there the
+fold also drops the ``0 * inf`` NaNs the product made of non-finite rows it did not pick (torch's lookup has none).
+Casts of ``r`` are looked through when their integer dtype holds every value of ``r`` (so the one-hot stays one-hot).
+
 The clamp keeps every load inside the buffer (the value read for an out-of-range index is discarded), so the result
 is the sum's for every index, in range or not. The one difference: a picked ``-0.0`` stays ``-0.0`` (the sum added
 it to ``+0.0``), as torch's gather keeps it.

@@ -345,7 +345,11 @@ class RMSNorm:
 class Embedding:
     """A lookup table: `emb(idx)` has shape ``idx.shape + (embed_size,)`` (`torch.nn.Embedding`).
 
-    Computed as a one-hot matrix product, so the gradient flows to the weight with the ordinary rules.
+    Computed as a one-hot matrix product, so the gradient flows to the weight with the ordinary rules (the
+    transposed product: a ``vocab x tokens x embed`` matrix product). Code generation turns the forward product
+    into one load per output element (`tinycore.codegen.select_fold`), and the scheduler copies no table for it, so
+    a lookup costs ``O(numel(out))`` whatever the vocabulary. An index outside ``[0, vocab_size)`` gives a row of
+    zeros (torch raises; a lazy kernel can't).
     """
 
     def __init__(self, vocab_size: int, embed_size: int, device: str | None = None) -> None:
