@@ -210,6 +210,21 @@ def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
     return None
 
 
+def _contiguous_reduce_axis(k: Kernel, loads: list[UOp]) -> UOp | None:
+    """The reduce axis to vectorize along: the stride-1 reduce axis of the largest load that walks memory
+    contiguously along any axis. None when that load is contiguous along an output axis instead: a small operand
+    read along the reduce (the index of a one-hot scatter, the vector of ``x @ W``) must not decide for the
+    large one, which then gets vector loads along its rows."""
+    by_size = sorted(loads, key=lambda p: -(p.src[0].dtype.size if isinstance(p.src[0].dtype, PtrDType) else 0))
+    for ptr in by_size:
+        for r in reversed(k.reduce_axes):
+            if _stride(ptr, r) == 1:
+                return r
+        if any(_stride(ptr, r) == 1 for r in k.output_axes):
+            return None
+    return None
+
+
 def _register_block(k: Kernel, cand: TCCandidate, vw: int) -> tuple[UOp, UOp, int, bool] | None:
     """A tile of (4 rows) x (2 vectors) accumulators for a matmul-shaped reduce, the reduce loop innermost: 8 vector
     registers of sums, 2 vector loads of the right operand and 4 broadcasts of the left one per reduce step (it
@@ -375,7 +390,7 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
     stores = [p for p, st in ptrs if st]
     loads = [p for p, st in ptrs if not st]
     out_axis = _contiguous_axis(k, k.output_axes, stores)
-    red_axis = _contiguous_axis(k, k.reduce_axes, loads)
+    red_axis = _contiguous_reduce_axis(k, loads)
     passes = [r for r in k.reduce_axes if any(_stride(p, r) == 1 for p in loads)]
     if len(passes) > 1 and out_axis is not None:
         _vectorize_row_passes(k, vw, out_axis, passes)
