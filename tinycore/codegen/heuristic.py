@@ -423,6 +423,14 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         idx = _axis_index(k.output_axes, out_axis)
         if idx is not None:
             out_lanes = _try_amounts(k, OptOps.UPCAST, idx, size, (*whole, *double, vw, vw // 2, 4, 2)) or 1
+        if k.reduce_axes and out_lanes == vw and (idx := _axis_index(k.output_axes, out_axis)) is not None:
+            # a reduce down the rows of its main load (``x @ W`` with one row, column sums): a quarter of the
+            # registers as accumulators, so each row is read in long runs the prefetchers follow (1 x 4096 x 4096
+            # on a Zen 4: 5.2 ms with one vector per row, 2.9 ms with eight, torch 2.8 ms)
+            more, rest, threads = max(_registers(k) // 4, 1), _size(k.output_axes[idx]), _thread_split(k)
+            if isinstance(rest, int):  # what is left of the axis must still split over the threads
+                amounts = [a for a in (more, more // 2, 2) if a > 1 and rest % (a * threads) == 0]
+                _try_amounts(k, OptOps.UPCAST, idx, rest, amounts[:1])
     if not k.reduce_axes and vw > 1:
         _cpu_permute(k, vw, out_lanes, out_axis)
     if k.reduce_axes:  # a strided reduce: unroll a little for independent loads
