@@ -183,7 +183,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
 def _cpu(k: Kernel) -> None:
     itemsize = _itemsize(k)
     vw = vector_width(k, itemsize)
-    cands = [c for c in k.tc_candidates() if len(k.reduce_axes) >= 1]
+    cands = [c for c in k.tc_candidates() if len(k.reduce_axes) >= 1 and not _dot_rows(k, c)]
     block = _register_block(k, cands[0], vw) if cands else None
     if block is None:
         _cpu_vectorize(k, vw)
@@ -201,6 +201,15 @@ def _cpu(k: Kernel) -> None:
         _cache_blocks(k, block, itemsize)
 
 
+def _dot_rows(k: Kernel, cand: TCCandidate) -> bool:
+    """True for a matmul whose column operand is read along the reduce, not along the columns (``x @ W.T`` with
+    ``W`` in place: a product with too few rows to repack ``W``, see `tinycore.engine.gemm_packing`): a register
+    tile would gather its vectors across ``W``'s rows, so each output is better a dot product of two contiguous
+    rows (4 x 4096 @ 4096 x 4096 on a Zen 4: 52 ms as tiles)."""
+    loads = [p for p, st in _accesses(k) if not st and _stride(p, cand.j) not in (0, None)]
+    return bool(loads) and all(_stride(p, cand.k) == 1 and _stride(p, cand.j) != 1 for p in loads)
+
+
 def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
     """Among `rngs`, the one with stride 1 in the first of `ptrs` that has one."""
     for ptr in ptrs:
@@ -210,13 +219,17 @@ def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
     return None
 
 
+def _by_size(loads: list[UOp]) -> list[UOp]:
+    """`loads` (INDEX nodes) from the largest global buffer to the smallest."""
+    return sorted(loads, key=lambda p: -(p.src[0].dtype.size if isinstance(p.src[0].dtype, PtrDType) else 0))
+
+
 def _contiguous_reduce_axis(k: Kernel, loads: list[UOp]) -> UOp | None:
     """The reduce axis to vectorize along: the stride-1 reduce axis of the largest load that walks memory
     contiguously along any axis. None when that load is contiguous along an output axis instead: a small operand
     read along the reduce (the index of a one-hot scatter, the vector of ``x @ W``) must not decide for the
     large one, which then gets vector loads along its rows."""
-    by_size = sorted(loads, key=lambda p: -(p.src[0].dtype.size if isinstance(p.src[0].dtype, PtrDType) else 0))
-    for ptr in by_size:
+    for ptr in _by_size(loads):
         for r in reversed(k.reduce_axes):
             if _stride(ptr, r) == 1:
                 return r
@@ -399,9 +412,19 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         # another operand read with a stride along the reduce (``h @ w`` with a narrow ``w``) is gathered lane by
         # lane: one vector per step, as wider steps cost compile time (wide gathers) and gain nothing at run time
         gathered = any(_stride(p, red_axis) not in (0, 1) for p in loads)
+        # rows of the output the largest load does not depend on (the rows of ``x`` in ``x @ W.T``) are computed
+        # side by side, so each vector of it loaded serves them all (4 x 4096 @ 4096 x 4096: W read once, not 4x)
+        main = _by_size(loads)[0]
+        reuse = [a for a in k.output_axes if _stride(main, a) == 0 and _divisor(_size(a), (4, 2))]
+        together = 1
+        if reuse and not gathered:
+            together = _try_amounts(k, OptOps.UPCAST, k.output_axes.index(reuse[-1]), _size(reuse[-1]), (4, 2)) or 1
         idx = _axis_index(k.reduce_axes, red_axis)
-        if idx is not None:  # the widest the kernel takes (64 lanes: not)
-            _try_amounts(k, OptOps.UNROLL, idx, _size(red_axis), (vw,) if gathered else (4 * vw, 2 * vw, vw, 4, 2))
+        if idx is not None:  # the widest the kernel takes (64 lanes: not), half the registers at most as sums
+            wanted = [a for a in (4 * vw, 2 * vw, vw, 4, 2) if together * max(a // vw, 1) <= _registers(k) // 2]
+            _try_amounts(k, OptOps.UNROLL, idx, _size(red_axis), (vw,) if gathered else wanted)
+        if together > 1:
+            return
         # long rows reduced side by side, the renderer's `reduce_streams` of them per step: independent memory
         # streams (row max/sum of a 4096 x 4096 matrix: four rows ~25% faster on an Intel AVX2 box, one row ~30%
         # faster than four on an AMD Zen 4); not with exp/log in the body, whose 16 polynomial chains would no
