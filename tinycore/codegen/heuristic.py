@@ -205,9 +205,14 @@ def _dot_rows(k: Kernel, cand: TCCandidate) -> bool:
     """True for a matmul whose column operand is read along the reduce, not along the columns (``x @ W.T`` with
     ``W`` in place: a product with too few rows to repack ``W``, see `tinycore.engine.gemm_packing`): a register
     tile would gather its vectors across ``W``'s rows, so each output is better a dot product of two contiguous
-    rows (4 x 4096 @ 4096 x 4096 on a Zen 4: 52 ms as tiles)."""
-    loads = [p for p, st in _accesses(k) if not st and _stride(p, cand.j) not in (0, None)]
-    return bool(loads) and all(_stride(p, cand.k) == 1 and _stride(p, cand.j) != 1 for p in loads)
+    rows (4 x 4096 @ 4096 x 4096 on a Zen 4: 52 ms as tiles). Only when that operand is the largest load: a 1 x 1
+    convolution reads its small weight the same way, but its image dominates and wants the tile."""
+    loads = [p for p, st in _accesses(k) if not st]
+    column = [p for p in loads if _stride(p, cand.j) not in (0, None)]
+    main = _by_size(loads)[0] if loads else None
+    if not any(p is main for p in column):
+        return False
+    return all(_stride(p, cand.k) == 1 and _stride(p, cand.j) != 1 for p in column)
 
 
 def _contiguous_axis(k: Kernel, rngs: list[UOp], ptrs: list[UOp]) -> UOp | None:
