@@ -1177,9 +1177,7 @@ class DevicePlugins:
                 RuntimeWarning,
                 stacklevel=4,
             )
-            if probe.slow:
-                warnings.warn(f"tinycore: {name} runs slower than it could here: {probe.slow}", RuntimeWarning, 4)
-        elif probe.slow:
+        if probe.slow:
             warnings.warn(
                 f"tinycore: the default device {name} runs slower than it could here: {probe.slow}",
                 RuntimeWarning,
