@@ -165,6 +165,29 @@ def test_conv2d(device: str, xs: tuple[int, ...], ws: tuple[int, ...], kw: dict)
              lambda x, w, b: x.conv2d(w, b, **kw), **CONV_TOL)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "xs,ws,kw",
+    [
+        ((2, 6, 9, 8), (5, 6, 1, 1), {}),  # 72 pixels: a product per image
+        ((3, 4, 7, 7), (5, 4, 1, 1), {"padding": "same", "dilation": 2}),  # 49 pixels: the batch joins the columns
+        ((4, 3, 1, 1), (2, 3, 1, 1), {}),  # one pixel
+        ((0, 3, 4, 4), (2, 3, 1, 1), {}),  # empty batch
+    ],
+)
+def test_pointwise_conv2d_is_a_matrix_product_with_torchs_values(device: str, xs, ws, kw) -> None:
+    """A 1 x 1 convolution (stride 1, no padding, one group) is built as a matrix product over the merged pixels;
+    values and gradients are torch's, bias included."""
+    check_op(device, [xs, ws, (ws[0],)], lambda x, w, b: F.conv2d(x, w, b, **kw),
+             lambda x, w, b: x.conv2d(w, b, **kw), **CONV_TOL)  # fmt: skip
+
+
+def test_pointwise_conv_in_other_ranks_and_unbatched(device: str) -> None:
+    check_op(device, [(2, 3, 70), (4, 3, 1)], lambda x, w: F.conv1d(x, w), lambda x, w: x.conv1d(w), **CONV_TOL)
+    check_op(device, [(3, 5, 5), (2, 3, 1, 1)], lambda x, w: F.conv2d(x, w), lambda x, w: x.conv2d(w), **CONV_TOL)
+    check_op(device, [(1, 2, 3, 4, 5), (3, 2, 1, 1, 1)], lambda x, w: F.conv3d(x, w), lambda x, w: x.conv3d(w),
+             **CONV_TOL)  # fmt: skip
+
+
 def test_conv2d_no_bias(device: str) -> None:
     check_op(device, [(1, 3, 5, 4), (2, 3, 2, 2)], lambda x, w: F.conv2d(x, w, stride=(1, 2)),
              lambda x, w: x.conv2d(w, stride=(1, 2)), **CONV_TOL)  # fmt: skip
