@@ -61,6 +61,9 @@ def test_clang_remakes_the_same_functions_from_the_source():
 
 def test_usable_here_names_what_is_missing(monkeypatch):
     assert "LLVM >= 19" in (pool_ir.usable_here("search", 15) or "")
+    monkeypatch.setattr(pool_ir, "_libc_name", lambda: "musl")
+    assert "glibc" in (pool_ir.usable_here() or "") and "musl" in (pool_ir.usable_here() or "")
+    monkeypatch.undo()
     monkeypatch.setattr(pool_ir.sys, "platform", "darwin")
     assert "x86-64 Linux" in (pool_ir.usable_here() or "")
 

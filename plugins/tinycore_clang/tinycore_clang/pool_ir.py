@@ -39,12 +39,23 @@ def usable_here(library_source: str = LLVMLITE, library_version: int = 0) -> str
     `tinycore_clang.libllvm.LibraryChoice`), else why not."""
     if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
         return f"the shipped thread pool IR is for x86-64 Linux, this is {sys.platform} on {platform.machine()}"
-    libc = platform.libc_ver()[0]
+    libc = _libc_name()
     if libc != "glibc":
         return f"the shipped thread pool IR is for glibc, this system's C library is {libc or 'unknown'}"
     if library_source != LLVMLITE and library_version < MIN_LLVM:
         return f"the shipped thread pool IR needs LLVM >= {MIN_LLVM} (clang 19's IR); the system's is {library_version}"
     return None
+
+
+def _libc_name() -> str:
+    """``glibc`` on a glibc system (asked of the C library itself, so a static or relocated python can't hide
+    it), else what `platform.libc_ver` finds ('' when nothing)."""
+    try:
+        if os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return "glibc"
+    except (AttributeError, ValueError, OSError):  # not a glibc system (or no confstr at all)
+        pass
+    return platform.libc_ver()[0]
 
 
 def shipped_ir() -> str:
