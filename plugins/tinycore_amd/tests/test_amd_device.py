@@ -72,18 +72,22 @@ def test_a_failing_runtime_call_names_the_call(fake: FakeHIP) -> None:
         dev.synchronize()
 
 
-def test_probe_without_a_rocm_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gpu_in_machine", [False, True])
+def test_probe_without_a_rocm_runtime(monkeypatch: pytest.MonkeyPatch, gpu_in_machine: bool) -> None:
     from tinycore_amd import hip
 
     monkeypatch.setattr(hip, "find_runtime", lambda: None)
+    monkeypatch.setattr(plugin, "amd_gpu_nodes", lambda: gpu_in_machine)
     result = plugin.probe()
     assert not result.ok and result.device_count == 0 and result.reason.startswith("no ROCm runtime")
     assert "ROCm" in result.hint
+    assert result.hardware_present == gpu_in_machine  # a GPU without ROCm: core says why AMD was passed over
 
 
 def test_probe_without_a_gpu() -> None:
     result = plugin.probe(FakeHIP(gpus=0))
     assert not result.ok and result.reason.startswith("no AMD GPU") and result.device_count == 0
+    assert not result.hardware_present  # nobody's mistake: no warning when another device is the default
 
 
 def test_probe_with_an_arch_the_compiler_does_not_know(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,7 +100,7 @@ def test_probe_with_an_arch_the_compiler_does_not_know(monkeypatch: pytest.Monke
         not result.ok
         and result.reason == "GPU arch gfx1201 not supported by this build: clang 15 does not know gfx1201"
     )
-    assert "clang-19" in result.hint
+    assert "clang-19" in result.hint and result.hardware_present
     monkeypatch.setattr(compiler, "supports_arch", lambda arch: None)
     assert plugin.probe(FakeHIP(gpus=2)).device_count == 2
 

@@ -8,6 +8,7 @@ needs no GPU and builds with clang unless ``AMD_COMPILER=hiprtc``: ``arch=None``
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from tinycore.sdk import ALL_SCALARS, DeviceCapabilities, ProbeResult, hookimpl
@@ -28,32 +29,46 @@ def _is_amd(name: str) -> bool:
     return name.upper().partition(":")[0] == DEVICE
 
 
+def amd_gpu_nodes() -> bool:
+    """True when the kernel driver shows an AMD GPU to compute on (``/dev/kfd``, ROCm's device node): the hardware
+    is here even when the ROCm runtime is missing. Files only."""
+    return os.path.exists("/dev/kfd")
+
+
 def probe(hip: Any = None) -> ProbeResult:
     """Tell apart: no ROCm runtime (no libamdhip64), no AMD GPU, a GPU arch the compiler can't build for (clang's or
-    hipRTC's list), ``AMD_COMPILER`` set wrong or forcing a hipRTC that is missing."""
+    hipRTC's list), ``AMD_COMPILER`` set wrong or forcing a hipRTC that is missing. A failure with a GPU in the
+    machine is marked `ProbeResult.hardware_present` (core then says why AMD was passed over)."""
     from tinycore_amd.hip import CtypesHIP, find_runtime
 
     if hip is None:
         path = find_runtime()
         if path is None:
             return ProbeResult(
-                ok=False, device_count=0, reason="no ROCm runtime (libamdhip64 not found)", hint=ROCM_HINT
-            )
+                ok=False, device_count=0, reason="no ROCm runtime (libamdhip64 not found)", hint=ROCM_HINT,
+                hardware_present=amd_gpu_nodes(),
+            )  # fmt: skip
         try:
             hip = CtypesHIP(path)
         except OSError as error:
-            return ProbeResult(ok=False, device_count=0, reason=f"no usable ROCm runtime: {error}", hint=ROCM_HINT)
+            return ProbeResult(
+                ok=False, device_count=0, reason=f"no usable ROCm runtime: {error}", hint=ROCM_HINT,
+                hardware_present=amd_gpu_nodes(),
+            )  # fmt: skip
     try:
         count = hip.device_count()
     except Exception as error:  # a runtime that fails to initialise: report it, never raise from a probe
-        return ProbeResult(ok=False, device_count=0, reason=f"the HIP runtime failed: {error}", hint=ROCM_HINT)
+        return ProbeResult(
+            ok=False, device_count=0, reason=f"the HIP runtime failed: {error}", hint=ROCM_HINT,
+            hardware_present=amd_gpu_nodes(),
+        )  # fmt: skip
     if count == 0:
         return ProbeResult(ok=False, device_count=0, reason="no AMD GPU: the HIP runtime sees none", hint=ROCM_HINT)
     from tinycore_amd.compiler import compiler_problem
 
     problem = compiler_problem(hip.arch(0))
-    if problem is not None:
-        return ProbeResult(ok=False, device_count=0, reason=problem[0], hint=problem[1])
+    if problem is not None:  # a GPU is here: only its compiler is missing or misconfigured
+        return ProbeResult(ok=False, device_count=0, reason=problem[0], hint=problem[1], hardware_present=True)
     return ProbeResult(ok=True, device_count=count)
 
 

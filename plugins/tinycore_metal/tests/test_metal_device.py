@@ -196,13 +196,17 @@ def test_probe_off_macos() -> None:
     assert result.reason == "Metal needs macOS with an Apple GPU; this is Linux" and "DEV=CLANG" in result.hint
 
 
-def test_probe_without_pyobjc() -> None:
+@pytest.mark.parametrize("machine", ["arm64", "x86_64"])
+def test_probe_without_pyobjc(monkeypatch: pytest.MonkeyPatch, machine: str) -> None:
     def missing():
         raise ImportError("No module named 'Metal'")
 
+    monkeypatch.setattr(plugin.platform, "machine", lambda: machine)
     result = plugin.probe(system="Darwin", load_api=missing)
     assert not result.ok and result.reason.startswith("pyobjc-framework-Metal is not installed")
     assert "pip install 'tinycore[metal]'" in result.hint and result.device_count == 0
+    assert result.hardware_present == (machine == "arm64")  # Apple silicon's GPU is there: core says so
+    assert not plugin.probe(system="Linux").hardware_present  # no Mac: nobody's mistake
 
 
 def test_probe_without_a_metal_device() -> None:

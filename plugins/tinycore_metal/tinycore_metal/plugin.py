@@ -57,8 +57,9 @@ def probe(system: str | None = None, load_api: Callable[[], Any] | None = None) 
         api = load_api()
     except ImportError as error:
         return ProbeResult(
-            ok=False, device_count=0, reason=f"pyobjc-framework-Metal is not installed ({error})", hint=INSTALL
-        )
+            ok=False, device_count=0, reason=f"pyobjc-framework-Metal is not installed ({error})", hint=INSTALL,
+            hardware_present=platform.machine() == "arm64",  # Apple silicon always has its GPU: only pyobjc is missing
+        )  # fmt: skip
     try:
         devices = api.devices()
         apple = [dev for dev in devices if api.apple_family(dev) > 0]
