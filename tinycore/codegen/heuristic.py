@@ -229,12 +229,12 @@ def _by_size(loads: list[UOp]) -> list[UOp]:
     return sorted(loads, key=lambda p: -(p.src[0].dtype.size if isinstance(p.src[0].dtype, PtrDType) else 0))
 
 
-def _contiguous_reduce_axis(k: Kernel, loads: list[UOp]) -> UOp | None:
-    """The reduce axis to vectorize along: the stride-1 reduce axis of the largest load that walks memory
-    contiguously along any axis. None when that load is contiguous along an output axis instead: a small operand
-    read along the reduce (the index of a one-hot scatter, the vector of ``x @ W``) must not decide for the
-    large one, which then gets vector loads along its rows."""
-    for ptr in _by_size(loads):
+def _contiguous_reduce_axis(k: Kernel, by_size: list[UOp]) -> UOp | None:
+    """The reduce axis to vectorize along: the stride-1 reduce axis of the largest load (`by_size`: the loads,
+    largest first) that walks memory contiguously along any axis. None when that load is contiguous along an output
+    axis instead: a small operand read along the reduce (the index of a one-hot scatter, the vector of ``x @ W``)
+    must not decide for the large one, which then gets vector loads along its rows."""
+    for ptr in by_size:
         for r in reversed(k.reduce_axes):
             if _stride(ptr, r) == 1:
                 return r
@@ -407,8 +407,9 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
     ptrs = _accesses(k)
     stores = [p for p, st in ptrs if st]
     loads = [p for p, st in ptrs if not st]
+    by_size = _by_size(loads)
     out_axis = _contiguous_axis(k, k.output_axes, stores)
-    red_axis = _contiguous_reduce_axis(k, loads)
+    red_axis = _contiguous_reduce_axis(k, by_size)
     passes = [r for r in k.reduce_axes if any(_stride(p, r) == 1 for p in loads)]
     if len(passes) > 1 and out_axis is not None:
         _vectorize_row_passes(k, vw, out_axis, passes)
@@ -419,8 +420,7 @@ def _cpu_vectorize(k: Kernel, vw: int) -> None:
         gathered = any(_stride(p, red_axis) not in (0, 1) for p in loads)
         # rows of the output the largest load does not depend on (the rows of ``x`` in ``x @ W.T``) are computed
         # side by side, so each vector of it loaded serves them all (4 x 4096 @ 4096 x 4096: W read once, not 4x)
-        main = _by_size(loads)[0]
-        reuse = [a for a in k.output_axes if _stride(main, a) == 0 and _divisor(_size(a), (4, 2))]
+        reuse = [a for a in k.output_axes if _stride(by_size[0], a) == 0 and _divisor(_size(a), (4, 2))]
         together = 1
         if reuse and not gathered:
             together = _try_amounts(k, OptOps.UPCAST, k.output_axes.index(reuse[-1]), _size(reuse[-1]), (4, 2)) or 1

@@ -34,8 +34,8 @@ def clang():
     """A CLANG device opened directly (skips when it can't run here: no LLVM and no C compiler)."""
     from tinycore_clang.testing import unavailable_reason
 
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
+    if reason := unavailable_reason():
+        pytest.skip(reason)
     from tinycore_clang.device import ClangDevice
 
     return ClangDevice("CLANG")

@@ -21,8 +21,8 @@ def device():
     """The CLANG device from core's registry (skips when CLANG can't run here)."""
     from tinycore_clang.testing import unavailable_reason
 
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
+    if reason := unavailable_reason():
+        pytest.skip(reason)
     from tinycore.device import Device
 
     return Device["CLANG"]

@@ -28,10 +28,8 @@ def _declared(ir: str) -> set[str]:
 
 def test_the_shipped_ir_was_made_from_this_c_source():
     """Fails when `RUNTIME_SRC` changed without ``python -m tinycore_clang.pool_ir``."""
-    ir = pool_ir.shipped_ir()
-    assert ir.startswith(pool_ir.HEADER + pool_ir.source_digest())
-    assert pool_ir.source_digest() == pool_ir.source_digest(RUNTIME_SRC)
-    assert pool_ir.source_digest(RUNTIME_SRC + " ") != pool_ir.source_digest()
+    ir = pool_ir.shipped_ir()  # (raises when the file's digest line is not the current source's)
+    assert ir.startswith(pool_ir.HEADER + pool_ir.source_digest(RUNTIME_SRC))
 
 
 def test_the_shipped_ir_exports_the_abi_and_needs_only_what_the_process_has():
@@ -55,7 +53,6 @@ def test_a_stale_shipped_ir_is_refused_with_the_command_that_remakes_it(monkeypa
 def test_clang_remakes_the_same_functions_from_the_source():
     fresh = pool_ir.render_ir(CLANG)
     shipped = pool_ir.shipped_ir()
-    assert fresh.partition("\n")[0] == shipped.partition("\n")[0]
     assert _defined(fresh) == _defined(shipped) and _declared(fresh) == _declared(shipped)
 
 

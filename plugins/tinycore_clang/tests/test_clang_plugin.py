@@ -107,8 +107,8 @@ def test_core_opens_clang_when_it_can_run():
     installed_or_skip()
     from tinycore_clang.testing import unavailable_reason
 
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
+    if reason := unavailable_reason():
+        pytest.skip(reason)
     out = run_python(
         "from tinycore.device import Device; d = Device['clang']; print(type(d).__name__, d.device)"
     )

@@ -222,7 +222,7 @@ def test_pool_survives_fork(clang):
 def test_threads_env_sets_the_device_thread_count(threads):
     from tinycore_clang.testing import unavailable_reason
 
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
+    if reason := unavailable_reason():
+        pytest.skip(reason)
     proc = _child("from tinycore_clang.device import ClangDevice; print(ClangDevice().threads)", THREADS=threads)
     assert proc.stdout.strip() == threads, proc.stderr
